@@ -1,0 +1,99 @@
+"""Compile reports: what dsgraph did to each graph it compiled in this process.
+
+``dsgraph.reports()`` returns them in compile order; ``format_table`` renders the per-pass
+table that examples print and that dumps put in index.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from .units import format_bytes
+
+
+@dataclass
+class PassRecord:
+    name: str
+    ms: float
+    changed: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class GraphReport:
+    compile_id: str  # "c000": one Dynamo graph compiled by dsgraph
+    kind: str  # "joint", "forward", "backward" or "inference"
+    pipeline: str
+    inductor: bool
+    nodes_before: int = 0
+    nodes_after: int = 0
+    passes: list[PassRecord] = field(default_factory=list)
+    # Figures from dsgraph's analyses: peak live bytes of the graph as FX would run it,
+    # bytes the forward saves for backward, and what else a pass reports.
+    memory: dict[str, Any] = field(default_factory=dict)
+    compile_seconds: float = 0.0  # passes plus the backend compiler for this graph
+    fallback: str | None = None  # why this graph was compiled stock instead
+
+    @property
+    def name(self) -> str:
+        return f"{self.compile_id}_{self.kind}"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_lock = threading.Lock()
+_reports: list[GraphReport] = []
+
+
+def record(report: GraphReport) -> None:
+    with _lock:
+        _reports.append(report)
+
+
+def reports() -> list[GraphReport]:
+    """This process's compile reports, oldest first."""
+    with _lock:
+        return list(_reports)
+
+
+def clear_reports() -> None:
+    with _lock:
+        _reports.clear()
+
+
+def _fmt_stats(stats: dict[str, Any]) -> str:
+    parts = []
+    for k, v in stats.items():
+        if isinstance(v, int) and k.endswith("bytes"):
+            v = format_bytes(v)
+        elif isinstance(v, float):
+            v = f"{v:.3g}"
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def format_table(items: list[GraphReport] | None = None) -> str:
+    """One row per graph and pass: graph, pass, ms, changed, stats."""
+    items = reports() if items is None else items
+    rows = [("graph", "pass", "ms", "changed", "stats")]
+    for r in items:
+        if r.fallback:
+            rows.append((r.name, "(stock fallback)", "", "", r.fallback[:80]))
+        if not r.passes:
+            rows.append((r.name, "(no passes)", "", "", f"nodes={r.nodes_after}"))
+        for p in r.passes:
+            rows.append((r.name, p.name, f"{p.ms:.1f}", "yes" if p.changed else "no", _fmt_stats(p.stats)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for j, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 5)
+    return "\n".join(line.rstrip() for line in lines)

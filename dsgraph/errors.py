@@ -1,0 +1,32 @@
+"""Exceptions dsgraph raises on purpose.
+
+Option and pipeline mistakes are ``ValueError`` (or ``NotImplementedError`` for features
+that are registered but not built); they are never swallowed by the fallback policy.
+A pass that fails on a graph raises ``PassFailure``, which the backend either turns into
+a warning plus a stock compile (``fallback="inductor"``) or re-raises (``fallback="error"``).
+"""
+
+from __future__ import annotations
+
+
+class NotBuiltError(NotImplementedError):
+    """A registered pass or option whose feature is not implemented yet."""
+
+
+class PassFailure(RuntimeError):
+    """A pass raised while rewriting a graph.
+
+    The message names the pass, the graph it ran on and the passes that ran before it,
+    so a user can reproduce the failure with ``DSGRAPH_PIPELINE`` set to that prefix.
+    """
+
+    def __init__(self, pass_name: str, graph: str, passes_before: list[str], cause: BaseException):
+        self.pass_name = pass_name
+        self.graph = graph
+        self.passes_before = list(passes_before)
+        self.cause = cause
+        before = ", ".join(self.passes_before) if self.passes_before else "none"
+        super().__init__(
+            f"dsgraph pass '{pass_name}' failed on graph {graph} "
+            f"(passes before it: {before}): {type(cause).__name__}: {cause}"
+        )

@@ -1,0 +1,200 @@
+"""One compile of one Dynamo graph: the joint, forward, backward and inference stages.
+
+dsgraph goes through Inductor's own ``compile_fx`` with two hooks, so that with an empty
+pipeline exactly the graphs stock Inductor would compile reach ``compile_fx_inner``:
+
+- a ``CustomPartitionerFn`` (stage "joint"): runs joint passes after Inductor's
+  joint-graph passes, then partitions (the checkpoint pass will decide the partition);
+- an ``inner_compile`` (stages "forward", "backward", "inference"): runs that stage's
+  passes, then ``compile_fx_inner`` (``inductor=True``) or the FX code (``inductor=False``),
+  then the runtime wrappers passes registered.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any, Sequence
+
+import torch
+
+from . import compat
+from .analysis.lifetimes import tensor_values
+from .context import CompileConfig, PassContext
+from .errors import PassFailure
+from .manager import run_passes, write_final_dumps
+from .compile_reports import GraphReport
+from .units import format_bytes
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash() -> str:
+    """Hash of dsgraph's own sources: part of the partitioner's cache identity."""
+    from torch._inductor.custom_graph_pass import get_hash_for_files
+
+    import dsgraph.lowering
+    import dsgraph.passes
+
+    files = []
+    for module in (dsgraph.passes, dsgraph.lowering):
+        root = os.path.dirname(os.path.abspath(module.__file__))
+        files += [os.path.join(root, n) for n in os.listdir(root) if n.endswith(".py")]
+    here = os.path.dirname(os.path.abspath(__file__))
+    for dirpath, _, names in os.walk(here):
+        files += [os.path.join(dirpath, n) for n in names if n.endswith(".py")]
+    return get_hash_for_files(tuple(sorted(set(files)))).hex()
+
+
+def stage_of(kwargs: dict[str, Any]) -> str:
+    if kwargs.get("is_backward"):
+        return "backward"
+    if kwargs.get("is_inference"):
+        return "inference"
+    return "forward"
+
+
+def saved_names(bw: torch.fx.GraphModule) -> list[str]:
+    """Values the backward receives from the forward (all its inputs but the tangents)."""
+    return [n.name for n in bw.graph.nodes if n.op == "placeholder" and "tangents" not in n.name]
+
+
+def partition_summary(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> tuple[str, dict[str, Any]]:
+    """partition.md text and the joint report's memory figures."""
+    fw_nodes = {n.name: n for n in fw.graph.nodes}
+    rows, total, primal = [], 0, 0
+    for name in saved_names(bw):
+        node = fw_nodes.get(name)
+        vals = tensor_values(node.meta.get("val")) if node is not None else []
+        if not vals:
+            rows.append(f"| {name} | (not a tensor) | 0 | |")
+            continue
+        from .analysis.lifetimes import storage_bytes
+
+        t = vals[0][1]
+        nbytes = storage_bytes(t)
+        is_input = node.op == "placeholder"
+        if is_input:
+            primal += nbytes
+        else:
+            total += nbytes
+        rows.append(f"| {name} | {t.dtype} {list(t.shape)} | {nbytes} | {'input' if is_input else 'activation'} |")
+    text = "\n".join([
+        "# partition", "",
+        f"saved for backward: {len(rows)} values, activations {format_bytes(total)} "
+        f"(views of one storage counted once per view here), inputs {format_bytes(primal)}", "",
+        "| name | tensor | bytes | kind |", "|---|---|---|---|", *rows, "",
+    ])
+    return text, {"saved_values": len(rows), "saved_activation_bytes_upper": total}
+
+
+class CompileSession:
+    def __init__(self, config: CompileConfig, compile_id: str, inductor_patches: dict[str, Any]):
+        self.config = config
+        self.compile_id = compile_id
+        self.inductor_patches = inductor_patches
+        self.shared: dict[str, Any] = {}
+        self.reports: list[GraphReport] = []
+
+    # -- stage "joint" ------------------------------------------------------------------
+
+    def partition(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any):
+        start = time.perf_counter()
+        ctx = PassContext(self.config, "joint", f"{self.compile_id}_joint", joint_inputs, self.shared)
+        report = self._new_report("joint")
+        gm = run_passes(gm, ctx, self.config.pipeline.for_stage("joint"), report)
+        partition_fn = self.shared.get("partition_fn", compat.default_partition)
+        fw, bw = partition_fn(gm, joint_inputs, **kwargs)
+        self.shared["saved_names"] = saved_names(bw)
+        text, figures = partition_summary(fw, bw)
+        report.memory.update(figures)
+        write_final_dumps(ctx, gm, {"partition.md": text})
+        report.compile_seconds = time.perf_counter() - start
+        self.reports.append(report)
+        return fw, bw
+
+    # -- stages "forward", "backward", "inference" --------------------------------------
+
+    def inner_compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
+        stage = stage_of(kwargs)
+        start = time.perf_counter()
+        ctx = PassContext(self.config, stage, f"{self.compile_id}_{stage}", example_inputs, self.shared)
+        report = self._new_report(stage)
+        passes = self.config.pipeline.for_stage(stage)
+        gm = run_passes(gm, ctx, passes, report)
+        write_final_dumps(ctx, gm)
+        for record in report.passes:
+            if record.name == "lifetimes":
+                report.memory.update({k: v for k, v in record.stats.items() if k != "nodes"})
+        if self.config.options.inductor:
+            try:
+                compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
+            except Exception as e:
+                changed = [p.name for p in report.passes if p.changed]
+                if not changed:
+                    raise  # stock Inductor fails on this graph too: not dsgraph's to hide
+                raise PassFailure(changed[-1], ctx.graph_name, [p.name for p in report.passes][:-1],
+                                  RuntimeError(f"Inductor could not compile the graph this pass produced: {e}")) from e
+        else:
+            compiled = compat.make_boxed(gm.forward)
+        for _, wrapper in ctx.runtime_wrappers:
+            compiled = _boxed(wrapper(compiled))
+        report.compile_seconds = time.perf_counter() - start
+        self.reports.append(report)
+        return compiled
+
+    def _new_report(self, kind: str) -> GraphReport:
+        return GraphReport(self.compile_id, kind, str(self.config.pipeline), self.config.options.inductor)
+
+    def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        partitioner = make_partitioner(self)
+        with compat.dsgraph_compile_config():
+            return compat.compile_fx(
+                gm,
+                example_inputs,
+                inner_compile=self.inner_compile,
+                config_patches={**self.inductor_patches, "custom_partitioner_fn": partitioner},
+            )
+
+
+def _boxed(fn):
+    if getattr(fn, "_boxed_call", False):
+        return fn
+    return compat.make_boxed(fn)
+
+
+class _PartitionerKey:
+    """What Inductor's FX graph cache pickles for the partitioner: its identity, no state."""
+
+    def __init__(self, uuid: str):
+        self.uuid = uuid
+
+
+def make_partitioner(session: CompileSession):
+    return _partitioner_class()(session)
+
+
+@functools.lru_cache(maxsize=None)
+def _partitioner_class() -> type:
+    base = compat.custom_partitioner_base()
+
+    class DsgraphPartitioner(base):  # type: ignore[misc, valid-type]
+        """Runs dsgraph's joint-stage passes, then partitions forward from backward."""
+
+        def __init__(self, session: CompileSession):
+            self.session = session
+
+        def __call__(self, gm, joint_inputs, **kwargs):
+            return self.session.partition(gm, joint_inputs, **kwargs)
+
+        def uuid(self):
+            config = self.session.config
+            return f"dsgraph-{_source_hash()}-{config.pipeline}-{sorted(config.options.describe().items())}"
+
+        def __reduce__(self):
+            # Inductor's cache key pickles the config, partitioner included: pickle only
+            # the identity, never the session (graphs, fake tensors).
+            return (_PartitionerKey, (self.uuid(),))
+
+    DsgraphPartitioner.__qualname__ = "DsgraphPartitioner"
+    return DsgraphPartitioner

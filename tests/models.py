@@ -1,0 +1,64 @@
+"""Small models for tests: odd sizes, several op kinds, random data (never only zeros)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=13, hidden=37, d_out=7, dropout=0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.fc2 = nn.Linear(hidden, d_out)
+        self.dropout = dropout
+
+    def forward(self, x):
+        h = F.gelu(self.fc1(x))
+        h = F.dropout(self.norm(h), self.dropout, self.training)
+        return self.fc2(h)
+
+
+class TinyBlock(nn.Module):
+    """A pre-norm transformer block with SDPA, as in the GPT example, at toy size."""
+
+    def __init__(self, dim=24, heads=3):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim - 5)
+        self.down = nn.Linear(4 * dim - 5, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab=61, dim=24, layers=2, seq=11):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
+        self.blocks = nn.ModuleList(TinyBlock(dim) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        x = self.tok(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def gpt_batch(batch=3, seq=11, vocab=61, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, vocab, (batch, seq), generator=g)
+    return idx, torch.randint(0, vocab, (batch, seq), generator=g)

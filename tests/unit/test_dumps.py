@@ -1,0 +1,106 @@
+"""Dumps through torch.compile with inductor=False (fast): layout, parseable files,
+deterministic names, a repro that runs."""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+
+import torch
+
+from models import MLP
+
+
+def compile_and_step(dump_dir=None, env_dump=None, monkeypatch=None, **options):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MLP()
+    if dump_dir:
+        options["dump_dir"] = str(dump_dir)
+    compiled = torch.compile(model, backend="dsgraph", options={"inductor": False, **options})
+    compiled(torch.randn(6, 13)).sum().backward()
+
+
+def files(root):
+    out = []
+    for dirpath, _, names in os.walk(root):
+        out += [os.path.relpath(os.path.join(dirpath, n), root) for n in names]
+    return sorted(out)
+
+
+def renumber(tmp_path):
+    """Compile ids count per process; tests see the first compile of their dump as c000."""
+    ids = sorted({n.split("_")[0] for n in os.listdir(tmp_path) if re.match(r"c\d{3}_", n)})
+    for n in os.listdir(tmp_path):
+        if re.match(r"c\d{3}_", n):
+            os.rename(tmp_path / n, tmp_path / (f"c{ids.index(n.split('_')[0]):03d}_" + n.split("_", 1)[1]))
+
+
+def test_layout_and_contents(tmp_path):
+    compile_and_step(tmp_path)
+    renumber(tmp_path)
+    listing = files(tmp_path)
+    for expected in [
+        "index.md",
+        "c000_joint/00_input.py", "c000_joint/partition.md", "c000_joint/memory_timeline.csv",
+        "c000_forward/00_input.py", "c000_forward/01_lifetimes.py", "c000_forward/repro.py",
+        "c000_forward/memory_timeline.csv",
+        "c000_backward/00_input.py", "c000_backward/01_lifetimes.py", "c000_backward/repro.py",
+    ]:
+        assert expected in listing, (expected, listing)
+    for name in listing:
+        if name.endswith(".py"):
+            ast.parse((tmp_path / name).read_text())  # every dumped graph is Python that parses
+    after = (tmp_path / "c000_forward/01_lifetimes.py").read_text()
+    assert re.search(r"^# pass: lifetimes  ms: [\d.]+  changed: False$", after, re.M)
+    assert re.search(r"^# stats: nodes=\d+, peak_bytes=\d+, peak_node=\w+, saved_bytes=\d+$", after, re.M)
+    assert re.search(r'addmm: "f32\[6, 37\]\[37, 1\]cpu" = .*# 888 B \| live [\d.]+ (KiB|B)', after)
+    index = (tmp_path / "index.md").read_text()
+    assert "pipeline: `lifetimes`" in index and re.search(r"\| c\d{3}_backward \| lifetimes \|", index)
+    assert "torch " + torch.__version__ in index
+    partition = (tmp_path / "c000_joint/partition.md").read_text()
+    assert "saved for backward" in partition and "| addmm |" in partition
+    csv_lines = (tmp_path / "c000_backward/memory_timeline.csv").read_text().splitlines()
+    assert csv_lines[0] == "index,node,op,target,bytes,allocated_bytes,live_bytes"
+    assert len(csv_lines) > 10
+
+
+def strip_times(text):
+    return re.sub(r"ms: [\d.]+|\| [\d.]+ \|", "<ms>", text)
+
+
+def test_two_dumps_diff_cleanly(tmp_path):
+    compile_and_step(tmp_path / "a")
+    compile_and_step(tmp_path / "b")
+    a, b = files(tmp_path / "a"), files(tmp_path / "b")
+    # each run counts compiles from where the process is: compare after renumbering
+    renum = lambda names: sorted(re.sub(r"^c\d{3}", "cXXX", n) for n in names)
+    assert renum(a) == renum(b)
+    for name in a:
+        if name.endswith((".py", ".md", ".csv")):
+            other = re.sub(r"^c\d{3}", lambda m: [x for x in b if x.endswith(name[4:])][0][:4], name)
+            ta = strip_times((tmp_path / "a" / name).read_text())
+            tb = strip_times((tmp_path / "b" / other).read_text())
+            assert re.sub(r"c\d{3}", "cXXX", ta) == re.sub(r"c\d{3}", "cXXX", tb), name
+
+
+def test_repro_runs(tmp_path):
+    compile_and_step(tmp_path)
+    renumber(tmp_path)
+    for stage in ("forward", "backward"):
+        result = subprocess.run([sys.executable, str(tmp_path / f"c000_{stage}" / "repro.py")],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert re.search(r"^0 \(\d+, \d+\) torch.float32 [\d.]+", result.stdout, re.M), result.stdout
+
+
+def test_env_var_and_stale_folders(tmp_path, monkeypatch):
+    (tmp_path / "c009_forward").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setenv("DSGRAPH_DUMP", str(tmp_path))
+    compile_and_step()
+    listing = files(tmp_path)
+    assert "notes.txt" in listing  # files dsgraph did not write stay
+    assert not (tmp_path / "c009_forward").exists()  # folders of an earlier run go
+    assert any(n.startswith("c") and n.endswith("forward/01_lifetimes.py") for n in listing)
