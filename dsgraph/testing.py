@@ -128,22 +128,19 @@ def _compiled(model: torch.nn.Module, backend: str, options: Mapping[str, Any] |
     return torch.compile(model, backend=backend, options=dict(options) if options else None)
 
 
-def check_training_step(
+def training_step_parity(
     model: torch.nn.Module,
     inputs: Any,
-    options: Mapping[str, Any] | None = None,
+    compile_fn: Any,
     *,
     reference: str | Mapping[str, Any] = "eager",
     bitwise: bool = False,
     rtol: float = 1e-5,
     seed: int = 0,
 ) -> ParityResult:
-    """Compare one training step of ``torch.compile(model, backend="dsgraph")`` with a reference.
-
-    ``reference``: ``"eager"``, ``"inductor"`` (stock backend) or a dict of dsgraph options.
-    The model itself is not modified: both runs use deep copies. Dynamo's caches are reset
-    first, so each check compiles afresh (a cached compile from an earlier check with other
-    environment settings would make the check vacuous).
+    """Compare ``compile_fn(copy_of_model)`` with a reference on one training step; never raises
+    on a mismatch (see ``ParityResult.ok``). ``reference``: ``"eager"``, ``"inductor"`` (stock
+    backend) or a dict of dsgraph options. ``model`` itself is not modified.
     """
     torch._dynamo.reset()
     ref_model = copy.deepcopy(model)
@@ -158,14 +155,39 @@ def check_training_step(
         else:
             raise ValueError(f"reference must be 'eager', 'inductor' or a dict of dsgraph options, got {reference!r}")
         ref_loss, ref_grads = run_step(ref_fn, ref_model, inputs, seed)
-        got_loss, got_grads = run_step(_compiled(test_model, "dsgraph", options), test_model, inputs, seed)
+        got_loss, got_grads = run_step(compile_fn(test_model), test_model, inputs, seed)
     result = ParityResult(bitwise=bitwise, rtol=rtol)
     result.rows.append(_compare("loss", got_loss, ref_loss, bitwise, rtol))
     for name in ref_grads:
         result.rows.append(_compare(name, got_grads.get(name), ref_grads[name], bitwise, rtol))
+    return result
+
+
+def check_training_step(
+    model: torch.nn.Module,
+    inputs: Any,
+    options: Mapping[str, Any] | None = None,
+    *,
+    reference: str | Mapping[str, Any] = "eager",
+    bitwise: bool = False,
+    rtol: float = 1e-5,
+    seed: int = 0,
+) -> ParityResult:
+    """Compare one training step of ``torch.compile(model, backend="dsgraph", options=options)``
+    with a reference; raise ``AssertionError`` with a per-tensor table on a mismatch.
+
+    Dynamo's caches are reset first, so each check compiles afresh (a cached compile from an
+    earlier check with other environment settings would make the check vacuous).
+    """
+    result = training_step_parity(
+        model, inputs, lambda m: _compiled(m, "dsgraph", options),
+        reference=reference, bitwise=bitwise, rtol=rtol, seed=seed,
+    )
     if not result.ok:
         raise AssertionError(f"dsgraph training step differs from the reference ({reference}):\n{result.table()}")
     return result
 
 
-__all__: Sequence[str] = ["check_training_step", "ParityResult", "loss_of", "fp32_exact", "run_step"]
+__all__: Sequence[str] = [
+    "ParityResult", "check_training_step", "fp32_exact", "loss_of", "run_step", "training_step_parity",
+]

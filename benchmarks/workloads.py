@@ -1,0 +1,116 @@
+"""The benchmark's models and their inputs, by name.
+
+Each workload builds an fp32 model on a device and the inputs of one step; the step's loss
+is ``model(*inputs)`` (models return their loss) or ``loss_of`` of the output. ``small``
+variants of the same architecture serve the fp32 gradient-parity check, and ``tiny`` ones
+the CPU smoke test of the harness itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from dsgraph.models import GPT, MLP, GPTConfig, gpt_inputs
+
+
+@dataclass
+class Workload:
+    name: str
+    build: Callable[[str, str], tuple[torch.nn.Module, tuple]]  # (device, size) -> model, inputs
+    description: str
+
+
+def _gpt(device: str, size: str):
+    cfg = {
+        "full": GPTConfig.gpt2_small(),
+        "small": GPTConfig(vocab=512, seq=128, layers=2, heads=4, dim=128),
+        "tiny": GPTConfig(vocab=97, seq=16, layers=2, heads=2, dim=32),
+    }[size]
+    batch = {"full": 16, "small": 2, "tiny": 2}[size]
+    return GPT(cfg).to(device), gpt_inputs(cfg, batch, device)
+
+
+def _mlp(device: str, size: str):
+    width, depth, batch = {"full": (4096, 8, 8192), "small": (256, 4, 64), "tiny": (32, 3, 8)}[size]
+    x = torch.randn(batch, width, generator=torch.Generator().manual_seed(0)).to(device)
+    return MLP(width, depth).to(device), (x,)
+
+
+class _HFLoss(torch.nn.Module):
+    """Wraps a transformers causal LM so that forward(input_ids, labels) returns the loss."""
+
+    def __init__(self, lm: torch.nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids, labels):
+        return self.lm(input_ids=input_ids, labels=labels).loss
+
+
+def _hf_gpt2(device: str, size: str):
+    import transformers
+
+    layers, dim, heads, seq, batch = {"full": (12, 768, 12, 1024, 8), "small": (2, 128, 4, 64, 2),
+                                      "tiny": (2, 32, 2, 16, 2)}[size]
+    config = transformers.GPT2Config(n_layer=layers, n_embd=dim, n_head=heads, n_positions=seq,
+                                     vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = _HFLoss(transformers.GPT2LMHeadModel(config)).to(device)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, config.vocab_size, (batch, seq), generator=g).to(device)
+    return model, (ids, ids.clone())
+
+
+class _ClassifierLoss(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, images, labels):
+        return F.cross_entropy(self.net(images).float(), labels)
+
+
+def _resnet50(device: str, size: str):
+    import torchvision
+
+    batch, res = {"full": (64, 224), "small": (2, 64), "tiny": (2, 32)}[size]
+    torch.manual_seed(0)
+    model = _ClassifierLoss(torchvision.models.resnet50(weights=None)).to(device)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(batch, 3, res, res, generator=g).to(device)
+    labels = torch.randint(0, 1000, (batch,), generator=g).to(device)
+    return model, (images, labels)
+
+
+WORKLOADS: dict[str, Workload] = {
+    "gpt2": Workload("gpt2", _gpt, "GPT-2-small style decoder: 12 x 768, SDPA, vocab 50304, batch 16 x 1024"),
+    "mlp": Workload("mlp", _mlp, "8 x (Linear(4096, 4096) + GELU), batch 8192"),
+    "hf_gpt2": Workload("hf_gpt2", _hf_gpt2, "transformers GPT2LMHeadModel 12 x 768 (sdpa), batch 8 x 1024"),
+    "resnet50": Workload("resnet50", _resnet50, "torchvision resnet50, batch 64 x 3 x 224 x 224"),
+}
+
+
+def available(name: str) -> bool:
+    """transformers and torchvision workloads run only where those packages are installed."""
+    module = {"hf_gpt2": "transformers", "resnet50": "torchvision"}.get(name)
+    if module is None:
+        return True
+    try:
+        __import__(module)
+        return True
+    except Exception:
+        return False
+
+
+def describe(name: str) -> str:
+    return WORKLOADS[name].description
+
+
+def build(name: str, device: str, size: str = "full") -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return WORKLOADS[name].build(device, size)
