@@ -17,6 +17,7 @@ the largest ||g - g_eager|| / ||g_eager|| over the loss and all gradients.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from benchmarks import workloads
+from dsgraph import profiling
 from benchmarks.configs import Config, parse
 
 
@@ -74,6 +76,27 @@ def dsgraph_figures() -> dict[str, Any]:
     return out
 
 
+def predicted_peaks(captured, model, inputs, regime: str) -> dict[str, Any]:
+    """dsgraph's predictions of the steady step just measured: the state at its start is
+    the parameters, buffers and inputs, plus the gradients when they are kept ("zero")."""
+    from dsgraph.memory import external_intervals, step_timelines
+
+    compiles = [c for c in captured.compiles if c.fallback is None and "backward" in c.stages]
+    if len(compiles) != 1:
+        return {"error": f"{len(compiles)} compiled graphs with a backward"}
+    tensors = [(f"param:{n}", p) for n, p in model.named_parameters()]
+    tensors += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
+    tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    if regime == "zero":
+        tensors += [(f"grad:{n}", p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    t0 = time.perf_counter()
+    timelines = step_timelines(compiles[0], external_intervals(tensors, compiles[0].dynamo_inputs))
+    out = {name: {"peak_bytes": tl.peak_bytes, "peak_at": f"{tl.peak_entry.graph}:{tl.peak_entry.node}"}
+           for name, tl in timelines.items()}
+    out["analysis_s"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
 def parity(workload: str, config: Config, device: str) -> float | None:
     if config.backend == "eager":
         return 0.0
@@ -85,55 +108,71 @@ def parity(workload: str, config: Config, device: str) -> float | None:
     return max(r.rel_err for r in result.rows)
 
 
-def measure(workload: str, config_text: str, regime: str, device: str, size: str, steps: int,
-            dtype: str, check_parity: bool) -> dict[str, Any]:
+def measure(workload: str, config_text: str, regimes: list[str], device: str, size: str, steps: int,
+            dtype: str, check_parity: bool) -> list[dict[str, Any]]:
+    """One record per regime. The regimes share one compile: zeroing gradients happens
+    outside the compiled graphs, so the graphs are the same; the allocator's cache is
+    emptied between regimes so each peak is the regime's own."""
     config = parse(config_text)
     autocast = dtype == "bf16"
-    record: dict[str, Any] = {"workload": workload, "config": config_text, "regime": regime,
-                              "size": size, "dtype": dtype, "device": device}
     torch._dynamo.reset()
     model, inputs = workloads.build(workload, device, size)
-    with config.active():
+    capture = profiling.capture() if config.backend == "dsgraph" else contextlib.nullcontext()
+    with config.active(), capture as captured:
         compiled = config.compile(model)
         t0 = time.perf_counter()
-        _step(compiled, model, inputs, regime, autocast, device)
+        _step(compiled, model, inputs, regimes[0], autocast, device)
         _sync(device)
-        record["first_step_s"] = round(time.perf_counter() - t0, 3)
-    run = lambda: _step(compiled, model, inputs, regime, autocast, device)  # noqa: E731
-    run()  # untimed
-    _sync(device)
-    times = _time_steps(run, steps - 1, device)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-    times += _time_steps(run, 1, device)
-    record["step_ms"] = round(statistics.median(times), 3)
-    record["step_ms_all"] = [round(t, 3) for t in times]
-    if device.startswith("cuda"):
-        record["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-        record["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-    record["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
-    if config.backend == "dsgraph":
-        record["dsgraph"] = dsgraph_figures()
-    del compiled, model, inputs, run
+        first_step_s = round(time.perf_counter() - t0, 3)
+    records = []
+    for regime in regimes:
+        record: dict[str, Any] = {"workload": workload, "config": config_text, "regime": regime,
+                                  "size": size, "dtype": dtype, "device": device, "first_step_s": first_step_s}
+        if device.startswith("cuda"):
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+        run = lambda: _step(compiled, model, inputs, regime, autocast, device)  # noqa: E731
+        run()  # untimed: in regime "zero" this creates the gradients the timed steps keep
+        _sync(device)
+        times = _time_steps(run, steps - 1, device)
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        times += _time_steps(run, 1, device)
+        record["step_ms"] = round(statistics.median(times), 3)
+        record["step_ms_all"] = [round(t, 3) for t in times]
+        if device.startswith("cuda"):
+            record["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            record["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        record["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+        if config.backend == "dsgraph":
+            record["dsgraph"] = dsgraph_figures()
+            record["predicted"] = predicted_peaks(captured, model, inputs, regime)
+        records.append(record)
+    del compiled, model, inputs
     if check_parity:
-        record["parity_max_rel_err"] = parity(workload, config, device)
-    return record
+        err = parity(workload, config, device)
+        for record in records:
+            record["parity_max_rel_err"] = err
+    return records
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="one benchmark measurement; prints one JSON line")
     p.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
     p.add_argument("--config", required=True)
-    p.add_argument("--regime", default="none", choices=["none", "zero"])
+    p.add_argument("--regimes", default="none", help="comma-separated: none, zero")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--size", default="full", choices=["full", "small", "tiny"])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--parity", action="store_true")
     args = p.parse_args(argv)
-    record = measure(args.workload, args.config, args.regime, args.device, args.size, args.steps,
-                     args.dtype, args.parity)
-    sys.stdout.write("BENCH_RECORD " + json.dumps(record) + "\n")
+    regimes = args.regimes.split(",")
+    if set(regimes) - {"none", "zero"}:
+        p.error(f"regimes must be none and/or zero, got {args.regimes}")
+    for record in measure(args.workload, args.config, regimes, args.device, args.size, args.steps,
+                          args.dtype, args.parity):
+        sys.stdout.write("BENCH_RECORD " + json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

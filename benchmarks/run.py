@@ -4,7 +4,7 @@
         --configs eager inductor inductor:budget=0.5 dsgraph --regimes none,zero \\
         --parity --json bench_out/results.json
 
-Every (workload, config, regime) runs in its own process (``benchmarks.measure``), so
+Every (workload, config) runs in its own process (``benchmarks.measure``), so
 compile caches in memory, allocator state and peaks never leak between runs; Inductor's
 on-disk cache is shared unless ``--fresh-cache`` gives each run its own (first-step
 seconds then include cold kernel compiles). Prints a Markdown table and writes JSON with
@@ -52,9 +52,9 @@ def environment(argv: list[str]) -> dict[str, Any]:
     return env
 
 
-def run_one(args: argparse.Namespace, workload: str, config: str, regime: str) -> dict[str, Any]:
+def run_one(args: argparse.Namespace, workload: str, config: str) -> list[dict[str, Any]]:
     cmd = [sys.executable, "-m", "benchmarks.measure", "--workload", workload, "--config", config,
-           "--regime", regime, "--size", args.size, "--steps", str(args.steps), "--dtype", args.dtype,
+           "--regimes", args.regimes, "--size", args.size, "--steps", str(args.steps), "--dtype", args.dtype,
            "--device", args.device]
     if args.parity:
         cmd.append("--parity")
@@ -63,29 +63,44 @@ def run_one(args: argparse.Namespace, workload: str, config: str, regime: str) -
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_cache_")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for line in proc.stdout.splitlines():
-        if line.startswith("BENCH_RECORD "):
-            return json.loads(line[len("BENCH_RECORD "):])
-    tail = (proc.stderr or proc.stdout)[-2000:]
-    return {"workload": workload, "config": config, "regime": regime, "error": tail}
+    records = [json.loads(line[len("BENCH_RECORD "):]) for line in proc.stdout.splitlines()
+               if line.startswith("BENCH_RECORD ")]
+    if records and proc.returncode == 0:
+        return records
+    tail = (proc.stderr or proc.stdout)[-3000:]
+    return [{"workload": workload, "config": config, "regime": args.regimes, "error": tail}]
 
 
 def _gib(record: dict[str, Any], key: str) -> str:
     return f"{record[key] / GIB:.2f}" if key in record else "-"
 
 
+def _predicted(record: dict[str, Any]) -> tuple[str, str]:
+    pred = record.get("predicted") or {}
+    best = pred.get("inductor") or pred.get("fx")
+    if not best:
+        return "-", "-"
+    text = f"{best['peak_bytes'] / GIB:.2f}"
+    measured = record.get("peak_allocated_bytes")
+    if not measured:
+        return text, "-"
+    return text, f"{100 * (best['peak_bytes'] - measured) / measured:+.1f}%"
+
+
 def table(records: list[dict[str, Any]]) -> str:
-    head = "| workload | config | grads | first step s | step ms | peak alloc GiB | peak reserved GiB | parity max rel err |"
-    lines = [head, "|---" * 8 + "|"]
+    head = ("| workload | config | grads | first step s | step ms | peak alloc GiB | peak reserved GiB "
+            "| predicted GiB | prediction error | parity max rel err |")
+    lines = [head, "|---" * 10 + "|"]
     for r in records:
         if "error" in r:
             err = r["error"].strip().splitlines()[-1][:80] if r["error"].strip() else "failed"
-            lines.append(f"| {r['workload']} | {r['config']} | {r['regime']} | error: {err} | | | | |")
+            lines.append(f"| {r['workload']} | {r['config']} | {r['regime']} | error: {err} |" + " |" * 6)
             continue
         parity = r.get("parity_max_rel_err")
+        predicted, error = _predicted(r)
         lines.append(
             f"| {r['workload']} | {r['config']} | {r['regime']} | {r['first_step_s']:.1f} | {r['step_ms']:.1f} | "
-            f"{_gib(r, 'peak_allocated_bytes')} | {_gib(r, 'peak_reserved_bytes')} | "
+            f"{_gib(r, 'peak_allocated_bytes')} | {_gib(r, 'peak_reserved_bytes')} | {predicted} | {error} | "
             f"{'-' if parity is None else f'{parity:.1e}'} |"
         )
     return "\n".join(lines)
@@ -117,12 +132,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"skipping {workload}: its package is not installed", flush=True)
             continue
         for config in config_texts:
-            for regime in args.regimes.split(","):
-                record = run_one(args, workload, config, regime)
+            for record in run_one(args, workload, config):
                 records.append(record)
                 summary = {k: record.get(k) for k in ("first_step_s", "step_ms", "peak_allocated_bytes",
-                                                      "parity_max_rel_err")}
-                print(f"{workload} | {config} | {regime}: {summary if 'error' not in record else 'ERROR'}", flush=True)
+                                                      "parity_max_rel_err", "predicted")}
+                status = summary if "error" not in record else "ERROR " + record["error"][-300:]
+                print(f"{workload} | {config} | {record['regime']}: {status}", flush=True)
     result = {"environment": environment(argv), "records": records}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

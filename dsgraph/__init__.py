@@ -9,6 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import NotBuiltError, PassFailure
+from .memory import MemoryProfile, memory_profile
 from .options import Options, validate_options
 from .pipeline import Pipeline, parse as parse_pipeline
 from .compile_reports import GraphReport, PassRecord, clear_reports, format_table as report_table, reports
@@ -16,12 +17,14 @@ from .compile_reports import GraphReport, PassRecord, clear_reports, format_tabl
 __all__ = [
     "__version__",
     "GraphReport",
+    "MemoryProfile",
     "NotBuiltError",
     "Options",
     "PassFailure",
     "PassRecord",
     "Pipeline",
     "clear_reports",
+    "memory_profile",
     "parse_pipeline",
     "report_table",
     "reports",

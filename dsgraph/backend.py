@@ -83,6 +83,8 @@ def dsgraph_backend(
         failure = _find_pass_failure(e)
         if failure is None or fallback_copy is None:
             raise
+        if session.captured is not None:
+            session.captured.fallback = str(failure)
         _warn_once(failure)
         return _compile_stock(fallback_copy, example_inputs, config, compile_id, patches, failure)
     _publish(session, config)

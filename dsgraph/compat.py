@@ -61,6 +61,37 @@ def make_boxed(fn: Callable[..., Any]) -> Callable[..., Any]:
     return make_boxed_func(fn)
 
 
+def boxed_fx(gm: torch.fx.GraphModule) -> Callable[[list], Any]:
+    """Run an FX graph with the boxed calling convention, as Inductor's wrapper does.
+
+    The generated code takes the argument list, empties it, and drops each input after its
+    last use, so a backward frees saved activations as it goes. A plain ``gm(*args)`` would
+    keep every input alive until the graph returns (the caller's list holds them).
+    """
+    codegen_cls = getattr(torch.fx.graph, "_BoxedCodeGen", None)
+    if codegen_cls is None:  # older torch: the same convention, written here
+        codegen_cls = _BoxedCodeGenFallback
+    gm.graph.set_codegen(codegen_cls())
+    gm.recompile()
+
+    def run(args: list) -> Any:
+        return gm.forward(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+class _BoxedCodeGenFallback(torch.fx.graph.CodeGen):
+    def gen_fn_def(self, free_vars, maybe_return_annotation, **kwargs):  # type: ignore[override]
+        names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
+        lines = [f"def {getattr(self, '_func_name', 'forward')}(self, args_list){maybe_return_annotation}:"]
+        if names:
+            lines.append("    args_iter = iter(args_list)")
+            lines += [f"    {n} = next(args_iter)" for n in names]
+            lines.append("    args_list.clear()")
+        return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def dsgraph_compile_config(extra_functorch: dict[str, Any] | None = None):
     """Config for a dsgraph compile.
@@ -107,6 +138,18 @@ def size_hint(x: Any, fallback: int = 8192) -> int:
     return int(x)
 
 
+def inductor_size_hint(expr: Any, fallback: int = 8192) -> int:
+    """A concrete int for an Inductor size expression (inside a graph handler).
+
+    torch 2.13 calls it ``SizeVarAllocator.optimization_hint``; older releases ``size_hint``.
+    """
+    from torch._inductor.virtualized import V
+
+    sizevars = V.graph.sizevars
+    hint = getattr(sizevars, "optimization_hint", None) or sizevars.size_hint
+    return int(hint(expr, fallback=fallback))
+
+
 def sym_expr(x: Any) -> sympy.Expr:
     """The sympy expression behind an int or SymInt."""
     if isinstance(x, int):
@@ -114,10 +157,6 @@ def sym_expr(x: Any) -> sympy.Expr:
     if isinstance(x, torch.SymInt):
         return x.node.expr
     return sympy.Integer(int(x))
-
-
-def is_symbolic(x: Any) -> bool:
-    return isinstance(x, torch.SymInt) and not x.node.is_constant() if hasattr(x, "node") else False
 
 
 # --- graph module helpers ---------------------------------------------------------------

@@ -19,11 +19,13 @@ from typing import Any, Sequence
 
 import torch
 
-from . import compat
+from . import compat, profiling
+from .analysis.inductor_plan import GraphCapture, inductor_plan
 from .analysis.lifetimes import tensor_values
 from .context import CompileConfig, PassContext
 from .errors import PassFailure
 from .manager import run_passes, write_final_dumps
+from .profiling import CapturedCompile, StageGraphs
 from .compile_reports import GraphReport
 from .units import format_bytes
 
@@ -95,6 +97,13 @@ class CompileSession:
         self.inductor_patches = inductor_patches
         self.shared: dict[str, Any] = {}
         self.reports: list[GraphReport] = []
+        # graphs kept for memory timelines (dumps, dsgraph.memory_profile)
+        self.stages: dict[str, StageGraphs] = {}
+        capture = profiling.current()
+        self.captured: CapturedCompile | None = None
+        if capture is not None:
+            self.captured = CapturedCompile(compile_id, config.options.inductor, self.stages)
+            capture.compiles.append(self.captured)
 
     # -- stage "joint" ------------------------------------------------------------------
 
@@ -106,6 +115,8 @@ class CompileSession:
         partition_fn = self.shared.get("partition_fn", compat.default_partition)
         fw, bw = partition_fn(gm, joint_inputs, **kwargs)
         self.shared["saved_names"] = saved_names(bw)
+        if self.captured is not None:
+            self.captured.saved_names = list(self.shared["saved_names"])
         text, figures = partition_summary(fw, bw)
         report.memory.update(figures)
         write_final_dumps(ctx, gm, {"partition.md": text})
@@ -121,14 +132,23 @@ class CompileSession:
         ctx = PassContext(self.config, stage, f"{self.compile_id}_{stage}", example_inputs, self.shared)
         report = self._new_report(stage)
         passes = self.config.pipeline.for_stage(stage)
+        keep_graphs = self.captured is not None or bool(self.config.dump_dir)
+        before = compat.copy_graph_module(gm) if keep_graphs else None
         gm = run_passes(gm, ctx, passes, report)
         write_final_dumps(ctx, gm)
         for record in report.passes:
             if record.name == "lifetimes":
                 report.memory.update({k: v for k, v in record.stats.items() if k != "nodes"})
+        if keep_graphs:
+            self.stages[stage] = StageGraphs(before, compat.copy_graph_module(gm))
         if self.config.options.inductor:
             try:
-                compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
+                if self.captured is not None:
+                    with GraphCapture().active() as graphs:
+                        compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
+                    self.stages[stage].inductor = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
+                else:
+                    compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
             except Exception as e:
                 changed = [p.name for p in report.passes if p.changed]
                 if not changed:
@@ -136,7 +156,7 @@ class CompileSession:
                 raise PassFailure(changed[-1], ctx.graph_name, [p.name for p in report.passes][:-1],
                                   RuntimeError(f"Inductor could not compile the graph this pass produced: {e}")) from e
         else:
-            compiled = compat.make_boxed(gm.forward)
+            compiled = compat.boxed_fx(gm)
         for _, wrapper in ctx.runtime_wrappers:
             compiled = _boxed(wrapper(compiled))
         report.compile_seconds = time.perf_counter() - start
@@ -147,6 +167,8 @@ class CompileSession:
         return GraphReport(self.compile_id, kind, str(self.config.pipeline), self.config.options.inductor)
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        if self.captured is not None:
+            self.captured.dynamo_inputs = profiling.dynamo_inputs(gm)
         partitioner = make_partitioner(self)
         with compat.dsgraph_compile_config():
             return compat.compile_fx(

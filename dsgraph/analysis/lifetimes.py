@@ -166,6 +166,7 @@ class TensorLifetimes(Analysis):
         self.index: dict[Node, int] = {n: i for i, n in enumerate(self.nodes)}
         self.storages: list[Storage] = []
         self.storage_of: dict[Node, Storage] = {}
+        self._allocated: dict[Node, int] = {}
         # storages of multi-output nodes by (node, element index)
         self._elements: dict[tuple[Node, int], Storage] = {}
         held = held or (lambda node: True)
@@ -181,6 +182,8 @@ class TensorLifetimes(Analysis):
     def _new(self, root: Node, index: int | None, t: torch.Tensor, first: int) -> Storage:
         s = Storage(len(self.storages), root, index, t, storage_bytes(t), first, first)
         self.storages.append(s)
+        if first >= 0:
+            self._allocated[root] = self._allocated.get(root, 0) + s.nbytes
         return s
 
     def _join(self, node: Node, storage: Storage) -> None:
@@ -301,7 +304,7 @@ class TensorLifetimes(Analysis):
 
     def allocated_by(self, node: Node) -> int:
         """Bytes the node newly allocates (0 for views, in-place ops and inputs)."""
-        return sum(s.nbytes for s in self.storages if s.root is node and not s.is_input)
+        return self._allocated.get(node, 0)
 
     def peak(self) -> tuple[int, Node | None]:
         if not self.live:

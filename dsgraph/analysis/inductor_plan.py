@@ -1,0 +1,130 @@
+"""What Inductor will allocate: a GraphPlan read from Inductor's own final schedule.
+
+Inductor fuses most intermediates into kernels, so the FX graph overstates its memory.
+While a ``GraphCapture`` is active, every graph Inductor schedules is recorded (through
+``torch._inductor.config._post_fusion_custom_pass``, which sees ``V.graph``). After the
+compile, ``inductor_plan`` walks the scheduler's final node order (after Inductor's own
+``reorder_for_peak_memory``) with the same rules the generated wrapper follows:
+
+- a scheduled buffer allocates its storage when its kernel runs, unless fusion removed
+  it (``removed_buffers``), it is a view, a mutation of another buffer, or a multi-output
+  container (its ``MultiOutput`` children allocate);
+- it is freed after the node whose ``last_usage`` names it; graph outputs outlive the graph;
+- buffers the wrapper reuses (``ReuseLine``: in-place kernels and its pool of freed
+  buffers) are one block from the first allocation to the last use of the last reuser,
+  because the wrapper keeps a freed buffer alive until it hands it out again.
+
+Reading the plan needs the scheduler, so a compile served from Inductor's FX graph cache
+has none: a capture turns that cache off while it is active.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import sympy
+
+from .. import compat
+from .plan import Block, GraphPlan
+
+_ALLOCATING_LAYOUTS = ("FixedLayout", "FlexibleLayout", "CommBufferLayout")
+
+
+class GraphCapture:
+    """Records the top-level GraphLowering of each Inductor compile inside the context."""
+
+    def __init__(self) -> None:
+        self.graphs: list[Any] = []
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator["GraphCapture"]:
+        import torch._inductor.config as iconfig
+
+        previous = iconfig._post_fusion_custom_pass
+
+        def hook(nodes):
+            from torch._inductor.virtualized import V
+
+            graph = V.graph
+            if type(graph).__name__ == "GraphLowering" and all(g is not graph for g in self.graphs):
+                self.graphs.append(graph)
+            return previous(nodes) if previous is not None else nodes
+
+        with iconfig.patch(_post_fusion_custom_pass=hook, fx_graph_cache=False):
+            yield self
+
+
+def inductor_plan(graph: Any) -> GraphPlan:
+    from torch._inductor.virtualized import V
+
+    scheduler = graph.scheduler
+    removed = set(graph.removed_buffers)
+    renamed = set(getattr(scheduler, "mutation_real_name", {}))
+    outputs = set(graph.get_output_names())
+    graph_inputs = set(graph.graph_inputs)
+    plan = GraphPlan("inductor", [])
+    by_name: dict[str, Block] = {}
+    with V.set_graph_handler(graph):
+        for step, snode in enumerate(scheduler.nodes):
+            plan.steps.append(snode.get_name())
+            for buf in snode.get_outputs():
+                name = buf.get_name()
+                if name in removed or name in renamed:
+                    continue
+                layout = buf.node.get_output_spec() if hasattr(buf.node, "get_output_spec") else buf.node.layout
+                if type(layout).__name__ not in _ALLOCATING_LAYOUTS:
+                    continue
+                expr = sympy.expand(layout.storage_size() * buf.node.get_dtype().itemsize)
+                block = Block(name, compat.inductor_size_hint(expr), step, step, (lambda e=expr: e))
+                by_name[name] = block
+                plan.blocks.append(block)
+            for name in snode.last_usage:
+                if name in by_name and name not in outputs:
+                    by_name[name].end = max(by_name[name].end or 0, step)
+                elif name in graph_inputs:
+                    plan.input_last_use[name] = max(plan.input_last_use.get(name, -1), step)
+        for name in outputs:
+            if name in by_name:
+                by_name[name].end = None
+        for name in graph_inputs:
+            plan.input_last_use.setdefault(name, -1)
+        _merge_reuses(graph, plan, by_name)
+        _name_outputs(graph, by_name)
+    return plan
+
+
+def _merge_reuses(graph: Any, plan: GraphPlan, by_name: dict[str, Block]) -> None:
+    """A reused buffer and its reuser are one block of memory."""
+    lines = getattr(graph.wrapper_code, "lines", [])
+    root: dict[str, str] = {}
+    for line in lines:
+        if type(line).__name__ != "ReuseLine":
+            continue
+        old, new = line.node.get_name(), line.reused_as.get_name()
+        old = root.get(old, old)
+        root[new] = old
+        if old in by_name and new in by_name:
+            keep, gone = by_name[old], by_name[new]
+            keep.end = None if (keep.end is None or gone.end is None) else max(keep.end, gone.end)
+            plan.blocks.remove(gone)
+            by_name[new] = keep
+
+
+def _name_outputs(graph: Any, by_name: dict[str, Block]) -> None:
+    """Tie each block to the FX output names it backs (the FX output node's arguments)."""
+    fx_out = graph.graph_outputs
+    names = graph.orig_gm.graph.output_node().args[0] if hasattr(graph, "orig_gm") else None
+    if names is None:
+        return
+    for ir_node, fx_node in zip(fx_out, names):
+        if fx_node is None or not hasattr(fx_node, "name"):
+            continue
+        try:
+            buf_name = ir_node.get_name()
+        except Exception:
+            continue
+        block = by_name.get(buf_name)
+        if block is not None:
+            block.outputs = block.outputs + (fx_node.name,)
+

@@ -1,0 +1,187 @@
+"""``dsgraph.memory_profile``: the predicted memory of one training step.
+
+Two predictions of the same step, both reported:
+
+- ``fx``: the graphs as FX code would execute them (``inductor=False``), from dsgraph's
+  own ``TensorLifetimes``;
+- ``inductor``: the graphs as Inductor's final schedule executes them (fusion removes
+  most intermediates), read from Inductor's scheduler.
+
+``peak_bytes`` is the prediction for how the graphs will run: Inductor's with
+``inductor=True`` (the default), FX's otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+
+from . import profiling
+from .analysis.plan import GraphPlan, fx_plan
+from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry, stitch
+from .profiling import CapturedCompile
+
+
+@dataclass
+class MemoryProfile:
+    peak_bytes: int
+    peak_expr: sympy.Expr
+    peak_node: str  # "forward:addmm_3", "backward:mm_7", "start" or "end"
+    saved_activation_bytes: int
+    timeline: list[TimelineEntry]
+    analysis_seconds: float
+    executor: str  # the prediction peak_bytes comes from: "inductor" or "fx"
+    fx_peak_bytes: int
+    inductor_peak_bytes: int | None
+    external_bytes: int  # parameters, buffers, inputs, kept gradients at the start
+    timelines: dict[str, MemoryTimeline] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_bytes": self.peak_bytes, "peak_expr": str(self.peak_expr), "peak_node": self.peak_node,
+            "saved_activation_bytes": self.saved_activation_bytes, "executor": self.executor,
+            "fx_peak_bytes": self.fx_peak_bytes, "inductor_peak_bytes": self.inductor_peak_bytes,
+            "external_bytes": self.external_bytes, "analysis_seconds": self.analysis_seconds,
+        }
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return (t.device.type, t.device.index, t.untyped_storage().data_ptr())
+
+
+def external_intervals(
+    tensors: list[tuple[str, torch.Tensor]], dynamo_inputs: list[tuple[Any, Any]] = ()
+) -> list[Interval]:
+    """One interval per distinct storage among the given tensors (tied parameters and views
+    count once); a tensor Dynamo saw as a graph input gets its symbolic size."""
+    exprs = {id(example): fn for example, fn in dynamo_inputs if example is not None}
+    seen, out = set(), []
+    for label, t in tensors:
+        key = _storage_key(t)
+        if key in seen:
+            continue
+        seen.add(key)
+        nbytes = t.untyped_storage().nbytes()
+        out.append(Interval(label, nbytes, 0, 0, exprs.get(id(t))))
+    return out
+
+
+def saved_bytes(plan: GraphPlan, saved_names: list[str]) -> int:
+    saved = set(saved_names)
+    return sum(b.nbytes for b in plan.blocks if saved & set(b.outputs))
+
+
+def step_timelines(captured: CapturedCompile, external: list[Interval], which: str = "after") -> dict[str, MemoryTimeline]:
+    """The whole-step timelines of one captured compile: "fx" (and "inductor" when it ran)."""
+    fw = captured.stages.get("forward") or captured.stages.get("inference")
+    bw = captured.stages.get("backward")
+    if fw is None:
+        raise ValueError(f"compile {captured.compile_id} captured no forward graph")
+    fw_gm = fw.after if which == "after" else fw.before
+    bw_gm = (bw.after if which == "after" else bw.before) if bw is not None else None
+    fw_fx = fx_plan(fw_gm)
+    bw_fx = fx_plan(bw_gm) if bw_gm is not None else None
+    out = {"fx": stitch(fw_fx, bw_fx, external, captured.saved_names)}
+    if which == "after" and fw.inductor is not None and (bw is None or bw.inductor is not None):
+        bw_ind = bw.inductor if bw is not None else None
+        if bw_ind is not None and bw_fx is not None:
+            bw_ind.input_bytes = dict(bw_fx.input_bytes)  # sizes of inputs come from the FX graph
+            bw_ind.input_expr = dict(bw_fx.input_expr)
+        out["inductor"] = stitch(fw.inductor, bw_ind, external, captured.saved_names)
+    return out
+
+
+def _snapshot(model: torch.nn.Module):
+    grads = {p: (p.grad, p.grad.detach().clone() if p.grad is not None else None) for p in model.parameters()}
+    buffers = {b: b.detach().clone() for b in model.buffers()}
+    return grads, buffers
+
+
+def _restore(model: torch.nn.Module, grads, buffers) -> None:
+    with torch.no_grad():
+        for p, (obj, values) in grads.items():
+            if obj is not None:
+                obj.copy_(values)
+            p.grad = obj
+        for b, values in buffers.items():
+            b.copy_(values)
+
+
+def _graph_break_message(model, inputs) -> str:
+    try:
+        explanation = torch._dynamo.explain(model)(*inputs)
+        reasons = "; ".join(str(r.reason) for r in explanation.break_reasons[:3])
+        return f"{explanation.graph_count} graphs, {explanation.graph_break_count} graph breaks: {reasons}"
+    except Exception as e:  # explain itself failed: still say what we know
+        return f"explain failed: {e}"
+
+
+def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> MemoryProfile:
+    """Compile ``model`` with dsgraph, run one forward+backward of ``model(*inputs)`` (a
+    non-scalar output is reduced with ``.sum()``) and predict the step's peak memory.
+
+    The model must compile to one graph. Parameters, buffers and ``.grad`` are left as they
+    were. ``torch._dynamo.mark_dynamic`` on the inputs is honoured (``peak_expr``).
+    """
+    from .options import validate_options
+    from .testing import loss_of
+
+    validate_options(options)
+    grads, buffers = _snapshot(model)
+    kept = [(f"grad:{n}", p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    compiled = torch.compile(model, backend=_fresh_backend(), options=dict(options) or None)
+    try:
+        with profiling.capture() as cap:
+            loss = loss_of(compiled(*inputs))
+            loss.backward()
+    finally:
+        _restore(model, grads, buffers)
+    compiles = [c for c in cap.compiles if c.fallback is None]
+    if len(compiles) != 1 or "backward" not in compiles[0].stages:
+        raise ValueError(
+            f"dsgraph.memory_profile needs the model to compile to one graph with a backward; "
+            f"got {len(compiles)} compiled graphs ({_graph_break_message(model, inputs)})"
+        )
+    captured = compiles[0]
+    start = time.perf_counter()
+    tensors = [(f"param:{n}", p) for n, p in model.named_parameters()]
+    tensors += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
+    tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    tensors += kept
+    external = external_intervals(tensors, captured.dynamo_inputs)
+    timelines = step_timelines(captured, external)
+    executor = "inductor" if "inductor" in timelines else "fx"
+    chosen = timelines[executor]
+    fw = captured.stages["forward"]
+    plan = fw.inductor if executor == "inductor" else fx_plan(fw.after)
+    peak = chosen.peak_entry
+    profile = MemoryProfile(
+        peak_bytes=chosen.peak_bytes,
+        peak_expr=chosen.peak_expr(),
+        peak_node=peak.graph if peak.graph in ("start", "end") else f"{peak.graph}:{peak.node}",
+        saved_activation_bytes=saved_bytes(plan, captured.saved_names),
+        timeline=chosen.entries,
+        analysis_seconds=0.0,
+        executor=executor,
+        fx_peak_bytes=timelines["fx"].peak_bytes,
+        inductor_peak_bytes=timelines["inductor"].peak_bytes if "inductor" in timelines else None,
+        external_bytes=sum(iv.nbytes for iv in external),
+        timelines=timelines,
+    )
+    profile.analysis_seconds = time.perf_counter() - start
+    return profile
+
+
+def _fresh_backend():
+    """A backend object of its own, so Dynamo compiles afresh instead of reusing a compile
+    of the same model made by an earlier torch.compile."""
+    from .backend import dsgraph_backend
+
+    def dsgraph_profile_backend(gm, example_inputs, **kwargs):
+        return dsgraph_backend(gm, example_inputs, **kwargs)
+
+    return dsgraph_profile_backend

@@ -1,0 +1,86 @@
+"""Capturing what dsgraph compiled, for memory predictions.
+
+``capture()`` is a context manager: every dsgraph compile inside it records its forward
+and backward graphs as they were handed to the backend compiler (and before dsgraph's
+passes), Inductor's final schedule of each (``GraphPlan``), which forward outputs the
+backward receives, and the Dynamo graph's inputs with their symbolic sizes. Inductor's
+FX graph cache is off while a capture is active, because reading the schedule needs a real
+compile. ``dsgraph.memory_profile`` and the benchmarks build on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import sympy
+import torch
+
+from .analysis.plan import GraphPlan
+
+_current: contextvars.ContextVar["Capture | None"] = contextvars.ContextVar("dsgraph_capture", default=None)
+
+
+@dataclass
+class StageGraphs:
+    before: torch.fx.GraphModule | None  # the graph dsgraph received
+    after: torch.fx.GraphModule  # the graph after dsgraph's passes
+    inductor: GraphPlan | None = None  # Inductor's schedule of ``after``
+
+
+@dataclass
+class CapturedCompile:
+    compile_id: str
+    inductor: bool
+    stages: dict[str, StageGraphs] = field(default_factory=dict)
+    saved_names: list[str] = field(default_factory=list)
+    # Dynamo graph inputs: (the real tensor, its bytes as a sympy expression over the
+    # graph's size symbols); the real tensor is None when Dynamo did not keep it
+    dynamo_inputs: list[tuple[Any, Callable[[], sympy.Expr]]] = field(default_factory=list)
+    fallback: str | None = None
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.compiles: list[CapturedCompile] = []
+
+
+def current() -> Capture | None:
+    return _current.get()
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[Capture]:
+    cap = Capture()
+    token = _current.set(cap)
+    try:
+        import torch._inductor.config as iconfig
+
+        with iconfig.patch(fx_graph_cache=False):
+            yield cap
+    finally:
+        _current.reset(token)
+
+
+def dynamo_inputs(gm: torch.fx.GraphModule) -> list[tuple[Any, Callable[[], sympy.Expr]]]:
+    """(real tensor, bytes expression) for each tensor input of a Dynamo graph."""
+    from .analysis.lifetimes import storage_bytes_expr
+
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("example_value")
+        if not isinstance(val, torch.Tensor):
+            continue
+        grapharg = node.meta.get("grapharg")
+        example = None
+        if grapharg is not None:
+            try:
+                example = grapharg.example
+            except Exception:  # Dynamo kept no reference (a weakref that died)
+                example = None
+        out.append((example, (lambda v=val: storage_bytes_expr(v))))
+    return out
