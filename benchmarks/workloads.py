@@ -41,14 +41,17 @@ def _mlp(device: str, size: str):
 
 
 class _HFLoss(torch.nn.Module):
-    """Wraps a transformers causal LM so that forward(input_ids, labels) returns the loss."""
+    """Wraps a transformers causal LM so that forward(input_ids, labels) returns the
+    next-token loss. The loss is computed here rather than by ``labels=``: transformers'
+    own loss path logs a warning inside the model, which breaks the Dynamo graph."""
 
     def __init__(self, lm: torch.nn.Module):
         super().__init__()
         self.lm = lm
 
     def forward(self, input_ids, labels):
-        return self.lm(input_ids=input_ids, labels=labels).loss
+        logits = self.lm(input_ids=input_ids, use_cache=False).logits
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
 
 
 def _hf_gpt2(device: str, size: str):

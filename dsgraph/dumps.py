@@ -34,6 +34,7 @@ _lock = threading.Lock()
 _prepared: set[str] = set()  # dump dirs cleaned of stale graph folders in this process
 _dir_reports: dict[str, list[GraphReport]] = {}
 _GRAPH_DIR_RE = re.compile(r"^c\d{3,}_(joint|forward|backward|inference)$")
+_STEP_FILE_RE = re.compile(r"^c\d{3,}_step_memory_\w+\.(csv|png)$")
 
 
 def prepare_dir(root: str) -> None:
@@ -52,9 +53,8 @@ def prepare_dir(root: str) -> None:
             path = os.path.join(root, entry)
             if _GRAPH_DIR_RE.match(entry) and os.path.isdir(path):
                 shutil.rmtree(path)
-        index = os.path.join(root, "index.md")
-        if os.path.exists(index):
-            os.remove(index)
+            elif _STEP_FILE_RE.match(entry) or entry in ("index.md", "reports.json"):
+                os.remove(path)
 
 
 def _annotation(lifetimes: TensorLifetimes | None, node: Node) -> str | None:
@@ -233,6 +233,10 @@ def add_report(root: str, report: GraphReport, pipeline: str) -> None:
     lines.append("")
     with open(os.path.join(root, "index.md"), "w") as f:
         f.write("\n".join(lines))
+    import json
+
+    with open(os.path.join(root, "reports.json"), "w") as f:
+        json.dump({"pipeline": pipeline, "reports": [r.to_dict() for r in items]}, f, indent=1, default=str)
 
 
 def remove_graph_dirs(root: str, compile_id: str) -> None:
@@ -243,3 +247,24 @@ def remove_graph_dirs(root: str, compile_id: str) -> None:
     for entry in os.listdir(root):
         if entry.startswith(compile_id + "_") and _GRAPH_DIR_RE.match(entry):
             shutil.rmtree(os.path.join(root, entry))
+        elif entry.startswith(compile_id + "_") and _STEP_FILE_RE.match(entry):
+            os.remove(os.path.join(root, entry))
+
+
+def step_memory(root: str, compile_id: str, stages: dict, saved_names: list[str]) -> None:
+    """The whole step's live bytes before and after the pipeline (FX execution), and as
+    Inductor schedules it when it compiled: CSVs, and a PNG when matplotlib is installed."""
+    from . import plots
+    from .memory import graph_inputs_external, stage_timelines
+
+    external = graph_inputs_external(stages)
+    series = {}
+    for which in ("before", "after"):
+        for executor, timeline in stage_timelines(stages, saved_names, external, which).items():
+            label = f"{executor} {which} pipeline" if executor == "fx" else "inductor schedule"
+            name = f"{compile_id}_step_memory_{executor}_{which}" if executor == "fx" else f"{compile_id}_step_memory_inductor"
+            path = os.path.join(os.path.abspath(root), name + ".csv")
+            plots.write_step_csv(timeline, path)
+            series[label] = plots.read_step_csv(path)
+    plots.plot_step(series, os.path.join(os.path.abspath(root), f"{compile_id}_step_memory_plot.png"),
+                    f"{compile_id}: live bytes over the step (graph inputs counted as held)")

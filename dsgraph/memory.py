@@ -76,22 +76,37 @@ def saved_bytes(plan: GraphPlan, saved_names: list[str]) -> int:
 
 
 def step_timelines(captured: CapturedCompile, external: list[Interval], which: str = "after") -> dict[str, MemoryTimeline]:
-    """The whole-step timelines of one captured compile: "fx" (and "inductor" when it ran)."""
-    fw = captured.stages.get("forward") or captured.stages.get("inference")
-    bw = captured.stages.get("backward")
+    """The whole-step timelines of one captured compile: "fx" (and "inductor" when it ran);
+    ``which="before"``: the FX timeline of the graphs before dsgraph's passes."""
+    return stage_timelines(captured.stages, captured.saved_names, external, which)
+
+
+def graph_inputs_external(stages: dict) -> list[Interval]:
+    """Without the model at hand (dumps): what the forward receives stands for what exists
+    at the start of the step (its parameters, buffers and inputs; each storage once)."""
+    from .analysis.lifetimes import TensorLifetimes
+
+    fw = stages.get("forward") or stages.get("inference")
+    lifetimes = TensorLifetimes(fw.after)
+    return [Interval(f"input:{s.name}", s.nbytes, 0, 0, s.nbytes_expr) for s in lifetimes.storages if s.is_input]
+
+
+def stage_timelines(stages: dict, saved_names: list[str], external: list[Interval], which: str = "after") -> dict[str, MemoryTimeline]:
+    fw = stages.get("forward") or stages.get("inference")
+    bw = stages.get("backward")
     if fw is None:
-        raise ValueError(f"compile {captured.compile_id} captured no forward graph")
+        raise ValueError("no forward graph was captured")
     fw_gm = fw.after if which == "after" else fw.before
     bw_gm = (bw.after if which == "after" else bw.before) if bw is not None else None
     fw_fx = fx_plan(fw_gm)
     bw_fx = fx_plan(bw_gm) if bw_gm is not None else None
-    out = {"fx": stitch(fw_fx, bw_fx, external, captured.saved_names)}
+    out = {"fx": stitch(fw_fx, bw_fx, external, saved_names)}
     if which == "after" and fw.inductor is not None and (bw is None or bw.inductor is not None):
         bw_ind = bw.inductor if bw is not None else None
         if bw_ind is not None and bw_fx is not None:
             bw_ind.input_bytes = dict(bw_fx.input_bytes)  # sizes of inputs come from the FX graph
             bw_ind.input_expr = dict(bw_fx.input_expr)
-        out["inductor"] = stitch(fw.inductor, bw_ind, external, captured.saved_names)
+        out["inductor"] = stitch(fw.inductor, bw_ind, external, saved_names)
     return out
 
 

@@ -32,9 +32,9 @@ class PassSpec:
 # name -> module path (built) or a one-line description (not built yet).
 _BUILT = {
     "lifetimes": "dsgraph.passes.lifetimes",
+    "reorder_for_memory": "dsgraph.passes.reorder_for_memory",
 }
 _NOT_BUILT = {
-    "reorder_for_memory": "reorders nodes to lower the predicted peak",
     "checkpoint": "activation checkpointing under a memory budget",
     "grad_pool": "parameter gradients in one flat buffer",
     "allreduce": "bucketed gradient all-reduce overlapped with the backward",

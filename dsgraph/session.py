@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import compat, profiling
+from . import compat, dumps, profiling
 from .analysis.inductor_plan import GraphCapture, inductor_plan
 from .analysis.lifetimes import tensor_values
 from .context import CompileConfig, PassContext
@@ -143,7 +143,7 @@ class CompileSession:
             self.stages[stage] = StageGraphs(before, compat.copy_graph_module(gm))
         if self.config.options.inductor:
             try:
-                if self.captured is not None:
+                if keep_graphs:
                     with GraphCapture().active() as graphs:
                         compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
                     self.stages[stage].inductor = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
@@ -159,6 +159,8 @@ class CompileSession:
             compiled = compat.boxed_fx(gm)
         for _, wrapper in ctx.runtime_wrappers:
             compiled = _boxed(wrapper(compiled))
+        if self.config.dump_dir and stage in ("backward", "inference"):
+            dumps.step_memory(self.config.dump_dir, self.compile_id, self.stages, self.shared.get("saved_names", []))
         report.compile_seconds = time.perf_counter() - start
         self.reports.append(report)
         return compiled

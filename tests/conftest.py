@@ -3,6 +3,9 @@ caches, empty dsgraph reports and no DSGRAPH_* variables from the caller's shell
 
 import os
 
+# deterministic cuBLAS for the GPU tests that compare bitwise (set before CUDA starts)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
 import pytest
 import torch
 

@@ -95,7 +95,13 @@ def inductor_plan(graph: Any) -> GraphPlan:
 
 
 def _merge_reuses(graph: Any, plan: GraphPlan, by_name: dict[str, Block]) -> None:
-    """A reused buffer and its reuser are one block of memory."""
+    """A reused buffer and its reuser are one block of memory.
+
+    The reused buffer can be a graph input: AOTAutograd donates saved activations that only
+    the backward reads, and Inductor writes backward results into them. The reuser then
+    allocates nothing and the input's memory lives as long as the reuser (past the graph,
+    ``len(plan.steps)``, when the reuser is a graph output).
+    """
     lines = getattr(graph.wrapper_code, "lines", [])
     root: dict[str, str] = {}
     for line in lines:
@@ -104,11 +110,22 @@ def _merge_reuses(graph: Any, plan: GraphPlan, by_name: dict[str, Block]) -> Non
         old, new = line.node.get_name(), line.reused_as.get_name()
         old = root.get(old, old)
         root[new] = old
-        if old in by_name and new in by_name:
-            keep, gone = by_name[old], by_name[new]
+        gone = by_name.get(new)
+        if gone is None or gone not in plan.blocks:
+            continue
+        if old in by_name:
+            keep = by_name[old]
+            if keep is gone:
+                continue
             keep.end = None if (keep.end is None or gone.end is None) else max(keep.end, gone.end)
-            plan.blocks.remove(gone)
+            keep.outputs = keep.outputs + gone.outputs
             by_name[new] = keep
+        elif old in plan.input_last_use:
+            end = len(plan.steps) if gone.end is None else gone.end
+            plan.input_last_use[old] = max(plan.input_last_use[old], end)
+        else:
+            continue
+        plan.blocks.remove(gone)
 
 
 def _name_outputs(graph: Any, by_name: dict[str, Block]) -> None:

@@ -114,7 +114,8 @@ def stitch(
             stop = fw0 + block.end
         else:
             uses = [bw_last[name] for name in block.outputs if name in saved and name in bw_last]
-            stop = bw0 + max(max(uses), 0) if uses and backward is not None else end
+            # a last use at len(backward.steps) means the backward wrote an output into it
+            stop = min(bw0 + max(max(uses), 0), end) if uses and backward is not None else end
             if uses and any(name not in saved for name in block.outputs):
                 stop = end  # also a user output: the caller holds it
         intervals.append(Interval(f"forward:{block.name}", block.nbytes, start, stop, block.expr))

@@ -104,3 +104,30 @@ def test_env_var_and_stale_folders(tmp_path, monkeypatch):
     assert "notes.txt" in listing  # files dsgraph did not write stay
     assert not (tmp_path / "c009_forward").exists()  # folders of an earlier run go
     assert any(n.startswith("c") and n.endswith("forward/01_lifetimes.py") for n in listing)
+
+
+def test_step_memory_files_and_report_cli(tmp_path):
+    compile_and_step(tmp_path, pipeline="lifetimes,reorder_for_memory")
+    names = os.listdir(tmp_path)
+    before = [n for n in names if n.endswith("_step_memory_fx_before.csv")]
+    after = [n for n in names if n.endswith("_step_memory_fx_after.csv")]
+    assert len(before) == len(after) == 1
+    rows = (tmp_path / after[0]).read_text().splitlines()
+    assert rows[0] == "index,graph,node,live_bytes"
+    assert rows[1].startswith("0,start,start,") and rows[-1].split(",")[1] == "end"
+    assert {r.split(",")[1] for r in rows[1:]} == {"start", "forward", "backward", "end"}
+    result = subprocess.run([sys.executable, "-m", "dsgraph", "report", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "reorder_for_memory" in result.stdout and "lifetimes" in result.stdout
+    pngs = [line.strip() for line in result.stdout.splitlines() if line.strip().endswith(".png")]
+    assert any(p.endswith("_step_memory_plot.png") for p in pngs)
+    assert any(p.endswith("backward/memory_timeline.png") for p in pngs)
+    for p in pngs:
+        assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_cli_on_a_folder_that_is_not_a_dump(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "dsgraph", "report", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "not a dsgraph dump folder" in (result.stderr + result.stdout)
