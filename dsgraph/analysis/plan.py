@@ -62,6 +62,7 @@ def fx_plan(gm: GraphModule) -> GraphPlan:
     step_of = {n: i for i, n in enumerate(nodes)}
     n_steps = len(nodes)
     plan = GraphPlan("fx", [n.name for n in nodes])
+    output_args = set(gm.graph.output_node().all_input_nodes)
     for s in lifetimes.storages:
         if s.is_input:
             members = [m for m in s.members if m.op == "placeholder"]
@@ -72,14 +73,9 @@ def fx_plan(gm: GraphModule) -> GraphPlan:
                 plan.input_expr[m.name] = s.nbytes_expr
             continue
         end = None if s.is_output else _last_step(s.last, lifetimes, step_of, n_steps)
-        outputs = tuple(m.name for m in s.members if m in _output_args(gm))
+        outputs = tuple(m.name for m in s.members if m in output_args)
         plan.blocks.append(Block(s.name, s.nbytes, step_of[s.root], end, s.nbytes_expr, outputs))
     return plan
-
-
-def _output_args(gm: GraphModule) -> set:
-    out = gm.graph.output_node()
-    return set(out.all_input_nodes)
 
 
 def _last_step(last: int, lifetimes: TensorLifetimes, step_of: dict, n_steps: int) -> int:
