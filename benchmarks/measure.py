@@ -80,6 +80,7 @@ def predicted_peaks(captured, model, inputs, regime: str) -> dict[str, Any]:
     """dsgraph's predictions of the steady step just measured: the state at its start is
     the parameters, buffers and inputs, plus the gradients when they are kept ("zero")."""
     from dsgraph.memory import external_intervals, step_timelines
+    from dsgraph.pool import pool_tensors
 
     compiles = [c for c in captured.compiles if c.fallback is None and "backward" in c.stages]
     if len(compiles) != 1:
@@ -89,6 +90,7 @@ def predicted_peaks(captured, model, inputs, regime: str) -> dict[str, Any]:
     tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     if regime == "zero":
         tensors += [(f"grad:{n}", p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    tensors += pool_tensors(model.parameters())  # a gradient pool lives across steps
     t0 = time.perf_counter()
     timelines = step_timelines(compiles[0], external_intervals(tensors, compiles[0].dynamo_inputs))
     out = {name: {"peak_bytes": tl.peak_bytes, "peak_at": f"{tl.peak_entry.graph}:{tl.peak_entry.node}"}

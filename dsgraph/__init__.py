@@ -10,12 +10,14 @@ __version__ = "0.1.0"
 
 from .errors import NotBuiltError, PassFailure
 from .memory import MemoryProfile, memory_profile
+from .pool import GradPool, grad_pool
 from .options import Options, validate_options
 from .pipeline import Pipeline, parse as parse_pipeline
 from .compile_reports import GraphReport, PassRecord, clear_reports, format_table as report_table, reports
 
 __all__ = [
     "__version__",
+    "GradPool",
     "GraphReport",
     "MemoryProfile",
     "NotBuiltError",
@@ -24,6 +26,7 @@ __all__ = [
     "PassRecord",
     "Pipeline",
     "clear_reports",
+    "grad_pool",
     "memory_profile",
     "parse_pipeline",
     "report_table",

@@ -23,6 +23,7 @@ import torch
 from . import profiling
 from .analysis.plan import GraphPlan, fx_plan
 from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry, stitch
+from .pool import pool_tensors
 from .profiling import CapturedCompile
 
 
@@ -167,6 +168,7 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
     tensors += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
     tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     tensors += kept
+    tensors += pool_tensors(model.parameters())  # the gradient pool persists across steps
     external = external_intervals(tensors, captured.dynamo_inputs)
     timelines = step_timelines(captured, external)
     executor = "inductor" if "inductor" in timelines else "fx"

@@ -70,7 +70,6 @@ OPTION_HELP = {
 # lands, its entry leaves this table (and the default pipeline picks it up).
 NOT_BUILT = {
     "memory_budget": "activation checkpointing under a memory budget (the 'checkpoint' pass)",
-    "grad_pool": "the gradient pool (the 'grad_pool' pass)",
     "arena": "the intermediate-tensor arena",
     "data_parallel": "bucketed all-reduce (the 'allreduce' pass)",
     "bucket_mb": "bucketed all-reduce (the 'allreduce' pass)",

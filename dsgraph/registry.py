@@ -33,10 +33,10 @@ class PassSpec:
 _BUILT = {
     "lifetimes": "dsgraph.passes.lifetimes",
     "reorder_for_memory": "dsgraph.passes.reorder_for_memory",
+    "grad_pool": "dsgraph.passes.grad_pool",
 }
 _NOT_BUILT = {
     "checkpoint": "activation checkpointing under a memory budget",
-    "grad_pool": "parameter gradients in one flat buffer",
     "allreduce": "bucketed gradient all-reduce overlapped with the backward",
     "lower_triton": "lowers fused regions to Triton kernels",
 }

@@ -48,6 +48,27 @@ def _source_hash() -> str:
     return get_hash_for_files(tuple(sorted(set(files)))).hex()
 
 
+def graph_params(gm: torch.fx.GraphModule) -> list:
+    """For each input of a Dynamo graph, the nn.Parameter (requiring grad) it is, or None.
+
+    The backward's outputs follow these inputs (FACTS.md), so this is how passes find which
+    gradient belongs to which parameter. Dynamo keeps the real tensor in the placeholder's
+    ``grapharg``.
+    """
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        grapharg = node.meta.get("grapharg")
+        try:
+            example = grapharg.example if grapharg is not None else None
+        except Exception:  # Dynamo kept only a weak reference that is gone
+            example = None
+        is_param = isinstance(example, torch.nn.Parameter) and example.requires_grad
+        out.append(example if is_param else None)
+    return out
+
+
 def stage_of(kwargs: dict[str, Any]) -> str:
     if kwargs.get("is_backward"):
         return "backward"
@@ -145,10 +166,10 @@ class CompileSession:
             try:
                 if keep_graphs:
                     with GraphCapture().active() as graphs:
-                        compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
+                        compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
                     self.stages[stage].inductor = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
                 else:
-                    compiled = compat.compile_fx_inner(gm, example_inputs, **kwargs)
+                    compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
             except Exception as e:
                 changed = [p.name for p in report.passes if p.changed]
                 if not changed:
@@ -171,6 +192,7 @@ class CompileSession:
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         if self.captured is not None:
             self.captured.dynamo_inputs = profiling.dynamo_inputs(gm)
+        self.shared["graph_params"] = graph_params(gm)
         partitioner = make_partitioner(self)
         with compat.dsgraph_compile_config():
             return compat.compile_fx(

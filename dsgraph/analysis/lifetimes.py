@@ -150,10 +150,11 @@ def default_held(stage: str) -> Callable[[Node], bool]:
     Forward and inference graphs receive parameters, buffers and user inputs, all held by
     the caller. A backward graph receives primals (held by the module or the caller) plus
     saved activations and tangents, which AOTAutograd hands over in a list the graph clears:
-    those die at their last use in the backward.
+    those die at their last use in the backward. Inputs dsgraph adds (``dsgraph_*``, such as
+    the gradient pool) are persistent buffers.
     """
     if stage == "backward":
-        return lambda node: node.name.startswith("primals")
+        return lambda node: node.name.startswith(("primals", "dsgraph_"))
     return lambda node: True
 
 

@@ -94,7 +94,7 @@ def stitch(
     backward: GraphPlan | None,
     external: list[Interval],
     saved_names: Iterable[str],
-    held_backward_inputs: Callable[[str], bool] = lambda name: name.startswith("primals"),
+    held_backward_inputs: Callable[[str], bool] = lambda name: name.startswith(("primals", "dsgraph_")),
 ) -> MemoryTimeline:
     """The whole step from a forward plan, a backward plan (None: forward only) and the
     external intervals (their start/end are ignored: external lives throughout)."""

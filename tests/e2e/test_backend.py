@@ -136,7 +136,7 @@ def test_fallback_error_raises(monkeypatch):
 
 
 def test_option_errors_are_not_hidden_by_fallback():
-    compiled = torch.compile(MLP(), backend="dsgraph", options={"fallback": "inductor", "grad_pool": True})
+    compiled = torch.compile(MLP(), backend="dsgraph", options={"fallback": "inductor", "lower_triton": True})
     with pytest.raises(BackendCompilerFailed, match="not implemented yet"):
         compiled(torch.randn(3, 13))
 

@@ -1,6 +1,7 @@
 """The same contract on a CUDA GPU (run on an H200 with torch 2.11; skipped without CUDA)."""
 
 import copy
+import re
 import warnings
 
 import pytest
@@ -81,3 +82,28 @@ def test_fallback_on_cuda(monkeypatch):
         warnings.simplefilter("ignore", DsgraphFallbackWarning)  # warned once per process
         check_training_step(model, inputs, {})
     assert {r.kind for r in dsgraph.reports() if r.fallback} == {"joint", "forward", "backward"}
+
+
+def _kernel_calls(code: str) -> list[str]:
+    calls = [line.strip() for line in code.split("def call(")[1].splitlines()]
+    return [c for c in calls if re.match(r"(triton_\w+\.run|extern_kernels\.|torch\.ops\.)", c)]
+
+
+def test_pooled_backward_has_no_more_kernels_than_stock_on_cuda():
+    from torch._inductor.utils import run_and_get_code
+
+    counts = {}
+    for name, options in (("stock", {"pipeline": ""}), ("pooled", {"grad_pool": True})):
+        torch._dynamo.reset()
+        model, inputs = model_and_inputs(6)
+        compiled = torch.compile(model, backend="dsgraph", options=options)
+        _, codes = run_and_get_code(lambda: compiled(*inputs).backward())
+        counts[name] = _kernel_calls(codes[-1])
+    assert len(counts["pooled"]) <= len(counts["stock"]), counts
+
+
+def test_grad_pool_matches_eager_on_cuda():
+    model, inputs = model_and_inputs(7)
+    result = check_training_step(model, inputs, {"grad_pool": True})
+    assert result.ok
+    assert any(p.name == "grad_pool" and p.changed for r in dsgraph.reports() for p in r.passes)

@@ -56,7 +56,7 @@ def test_bad_values_name_the_key(options, key):
 
 @pytest.mark.parametrize(
     "options",
-    [{"memory_budget": "1GiB"}, {"grad_pool": True}, {"arena": True}, {"data_parallel": True},
+    [{"memory_budget": "1GiB"}, {"arena": True}, {"data_parallel": True},
      {"lower_triton": True}, {"bucket_mb": 25}, {"compress": "bf16"}],
 )
 def test_options_of_unbuilt_features_say_not_implemented(options):
@@ -65,8 +65,8 @@ def test_options_of_unbuilt_features_say_not_implemented(options):
 
 
 def test_switched_off_unbuilt_options_are_accepted():
-    opts = dsgraph.validate_options({"grad_pool": False, "lower_triton": False, "compress": "none"})
-    assert opts.explicit == {"grad_pool", "lower_triton", "compress"}
+    opts = dsgraph.validate_options({"arena": False, "lower_triton": False, "compress": "none"})
+    assert opts.explicit == {"arena", "lower_triton", "compress"}
 
 
 def test_not_a_dict():

@@ -45,7 +45,7 @@ def test_unknown_pass_lists_known_ones():
         assert name in msg
 
 
-@pytest.mark.parametrize("name", ["checkpoint", "grad_pool", "allreduce", "lower_triton"])
+@pytest.mark.parametrize("name", ["checkpoint", "allreduce", "lower_triton"])
 def test_designed_but_unbuilt_passes_say_not_implemented(name):
     with pytest.raises(NotBuiltError, match=f"'{name}' is not implemented yet"):
         parse(f"lifetimes,{name}")
@@ -109,3 +109,15 @@ def test_contradicting_option_and_pipeline(monkeypatch, toy_passes):
     assert str(resolve(opts, {"DSGRAPH_PIPELINE": "toy_a"})) == "toy_a{level=2}"
     with pytest.raises(ValueError, match="needs the pass 'toy_a'"):
         resolve(opts, {"DSGRAPH_PIPELINE": "toy_b"})
+
+
+def test_grad_pool_option_builds_the_pipeline_and_contradictions_are_errors():
+    opts = dsgraph.validate_options({"grad_pool": True})
+    assert str(resolve(opts, {})) == "lifetimes,grad_pool"
+    assert str(resolve(dsgraph.validate_options({"grad_pool": False}), {})) == "lifetimes"
+    with pytest.raises(ValueError, match="'grad_pool' needs the pass 'grad_pool'"):
+        resolve(dsgraph.validate_options({"grad_pool": True, "pipeline": "lifetimes"}), {})
+    # switched off, it never contradicts a pipeline that has the pass
+    assert str(resolve(dsgraph.validate_options({"grad_pool": False, "pipeline": "grad_pool"}), {})) == "grad_pool"
+    # DSGRAPH_DISABLE removes it last, with no contradiction
+    assert str(resolve(opts, {"DSGRAPH_DISABLE": "grad_pool"})) == "lifetimes"

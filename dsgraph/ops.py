@@ -1,0 +1,35 @@
+"""Custom ops dsgraph puts into graphs.
+
+``dsgraph::mm_into_(out, a, b)``: a weight gradient written into its gradient-pool slot by
+the matmul itself. Inductor does not lower ``aten.mm.out`` ("out= ops aren't yet
+supported"), and a ``copy_`` of an ``mm`` result into a slot costs its own kernel, because
+an extern matmul's output has a fixed layout; as a mutating custom op Inductor calls it
+with the slot in place, one kernel, like the ``mm`` it replaces.
+
+Whether the slot starts the step empty is known only at run time (``.grad`` was None, or
+holds gradients to accumulate into), so the op asks the pool: empty slots get
+``mm(a, b, out=slot)``; others ``slot += a @ b``, as autograd accumulates (one rounding of
+the product, then the add; an ``addmm`` epilogue could round differently).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.custom_op("dsgraph::mm_into_", mutates_args=("out",))
+def mm_into_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    from .pool import MANAGER
+
+    if MANAGER.starts_empty(out):
+        torch.mm(a, b, out=out)
+    else:
+        out.add_(torch.mm(a, b))
+
+
+@mm_into_.register_fake
+def _mm_into_fake(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    return None
+
+
+MM_INTO = torch.ops.dsgraph.mm_into_.default

@@ -1,0 +1,161 @@
+"""grad_pool: the backward writes parameter gradients into one flat buffer per (device, dtype).
+
+Before/after (one Linear; ``dsgraph_grad_0``, ``dsgraph_grad_1`` are new graph inputs: the
+runtime wrapper passes the parameters' slots of the pool, and ``param.grad`` views them)::
+
+    mm_1 = mm(permute_3, x)                    mm_into_(dsgraph_grad_0, permute_3, x)    # the matmul writes the slot
+    sum_1 = sum(tangents_1, [0])          ->   sum_1 = sum(tangents_1, [0])
+    return (mm_1, sum_1, None)                 add = add(dsgraph_grad_1, sum_1)
+                                               copy_(dsgraph_grad_1, add)                # fuses into the reduction
+                                               return (None, None, None)
+
+One input per slot rather than one for the whole buffer: writes into one buffer input
+would order every kernel that writes a gradient after the previous one (Inductor tracks
+mutations per input) and stop it from fusing a bias reduction with its neighbours; slots
+never overlap, so separate inputs are exact.
+
+Slots follow the order in which this backward produces the gradients. A weight gradient
+that is a plain ``mm`` (used by nothing else, written row-major) becomes ``mm_into_``: the
+matmul writes the slot itself; every other gradient is added into its slot
+(``slot += grad``), which Inductor fuses into the pointwise or reduction kernel that
+produces it, so the pooled backward needs no extra kernels. The graph always accumulates;
+the runtime wrapper zeroes the slots of parameters whose ``.grad`` is None beforehand. The backward then returns None for
+pooled parameters, and ``dsgraph.pool.PooledBackward`` (a runtime wrapper) owns ``.grad``:
+accumulation, hooks, zeroing and set-to-None all keep eager's semantics.
+
+Which backward output belongs to which parameter: outputs follow the forward's inputs,
+which follow Dynamo's graph inputs (FACTS.md); Dynamo records the real tensor of each. A
+graph where counts, shapes or dtypes do not line up is refused (the failure policy applies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import GraphModule, Node
+
+from dsgraph.context import PassContext, PassResult
+from dsgraph.ops import MM_INTO
+from dsgraph.pool import MANAGER, PooledBackward, Slot
+from dsgraph.registry import PassSpec
+
+SPEC = PassSpec(
+    name="grad_pool",
+    stages=("backward",),
+    mutates=True,
+    doc="parameter gradients in one flat buffer per (device, dtype)",
+)
+
+
+@dataclass
+class PoolEntry:
+    output_index: int
+    node: str  # the node producing the gradient
+    slot: Slot
+    how: str  # "mm_into" or "copy"
+
+
+@dataclass
+class PoolPlan:
+    entries: list[PoolEntry] = field(default_factory=list)  # in the order of the new inputs
+
+    @property
+    def keys(self) -> list:
+        return list(dict.fromkeys(e.slot.key for e in self.entries))
+
+    def __str__(self) -> str:
+        lines = [f"PoolPlan({len(self.entries)} gradients, keys {self.keys})"]
+        for e in self.entries:
+            lines.append(f"  out[{e.output_index}] {e.node} -> {e.how} at {e.slot.key} offset {e.slot.offset} numel {e.slot.numel}")
+        return "\n".join(lines)
+
+
+def _writes_whole_slot_by_mm(node: Node, slot: Slot) -> bool:
+    if node.target is not torch.ops.aten.mm.default or len(node.users) != 1:
+        return False
+    contiguous = tuple(torch.empty(slot.shape, device="meta").stride())
+    return slot.stride == contiguous and tuple(node.meta["val"].shape) == slot.shape
+
+
+def plan_pool(gm: GraphModule, params: list) -> PoolPlan:
+    """``params``: for each backward output, the parameter it is the gradient of (or None)."""
+    outputs = list(gm.graph.output_node().args[0])
+    if len(outputs) != len(params):
+        raise ValueError(f"backward has {len(outputs)} outputs but the graph had {len(params)} inputs: "
+                         "cannot tell which output is which parameter's gradient")
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    candidates = []
+    for i, (out, param) in enumerate(zip(outputs, params)):
+        if out is None or param is None or not isinstance(out, Node):
+            continue
+        val = out.meta.get("val")
+        if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(param.shape) or val.dtype != param.dtype:
+            raise ValueError(f"backward output {i} ({out.name}) does not match parameter {tuple(param.shape)} "
+                             f"{param.dtype}: cannot pool it")
+        candidates.append((position[out], i, out, param))
+    plan = PoolPlan()
+    seen = set()
+    for _, i, out, param in sorted(candidates, key=lambda c: c[0]):  # backward production order
+        if id(param) in seen:
+            raise ValueError("one parameter has two gradient outputs")
+        seen.add(id(param))
+        slot = MANAGER.slot(param)
+        how = "mm_into" if _writes_whole_slot_by_mm(out, slot) else "copy"
+        plan.entries.append(PoolEntry(i, out.name, slot, how))
+    return plan
+
+
+def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule, list]:
+    """Edit the graph; returns it and the fake example inputs of the new placeholders."""
+    graph = gm.graph
+    cursor = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    by_name = {n.name: n for n in graph.nodes}
+    slot_inputs, fakes = [], []
+    for i, entry in enumerate(plan.entries):
+        slot = entry.slot
+        with graph.inserting_after(cursor):
+            cursor = graph.placeholder(f"dsgraph_grad_{i}")
+        with fake_mode:
+            cursor.meta["val"] = torch.empty_strided(slot.shape, slot.stride, device=slot.key[0], dtype=slot.key[1])
+        fakes.append(cursor.meta["val"])
+        slot_inputs.append(cursor)
+    out_node = graph.output_node()
+    outputs = list(out_node.args[0])
+    for entry, slot_input in zip(plan.entries, slot_inputs):
+        producer = by_name[entry.node]
+        if entry.how == "mm_into":
+            with graph.inserting_before(out_node):
+                graph.call_function(MM_INTO, (slot_input, *producer.args))
+        else:
+            with graph.inserting_before(out_node):
+                total = graph.call_function(torch.ops.aten.add.Tensor, (slot_input, producer))
+                write = graph.call_function(torch.ops.aten.copy_.default, (slot_input, total))
+            total.meta["val"] = write.meta["val"] = slot_input.meta["val"]
+        outputs[entry.output_index] = None
+    out_node.args = (tuple(outputs),)
+    for entry in plan.entries:
+        if entry.how == "mm_into":
+            graph.erase_node(by_name[entry.node])
+    return gm, fakes
+
+
+def run(gm: GraphModule, ctx: PassContext) -> PassResult:
+    params = ctx.shared.get("graph_params")
+    if params is None:
+        raise ValueError("grad_pool needs the parameters behind the graph's inputs (Dynamo did not record them)")
+    plan = plan_pool(gm, params)
+    stats = {"pooled": len(plan.entries), "mm_into": sum(e.how == "mm_into" for e in plan.entries),
+             "copies": sum(e.how == "copy" for e in plan.entries),
+             "pooled_bytes": sum(e.slot.numel * e.slot.key[1].itemsize for e in plan.entries)}
+    if not plan.entries:
+        return PassResult(gm, changed=False, stats=stats)
+    from torch._guards import detect_fake_mode
+
+    fake_mode = detect_fake_mode(ctx.example_inputs) or detect_fake_mode(
+        [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
+    gm, fakes = apply_pool(gm, plan, fake_mode)
+    ctx.example_inputs.extend(fakes)
+    ctx.register_runtime_wrapper(PooledBackward(MANAGER, [e.slot for e in plan.entries],
+                                                [e.how == "mm_into" for e in plan.entries], ctx.config.debug))
+    return PassResult(gm, changed=True, stats=stats)
