@@ -148,6 +148,9 @@ def measure(workload: str, config_text: str, regimes: list[str], device: str, si
         record["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
         if config.backend == "dsgraph":
             record["dsgraph"] = dsgraph_figures()
+            fallbacks = {r["fallback"] for r in record["dsgraph"].values() if r["fallback"]}
+            if fallbacks:
+                record["fallback"] = sorted(fallbacks)[0]  # the figures are stock Inductor's
             record["predicted"] = predicted_peaks(captured, model, inputs, regime)
         records.append(record)
     del compiled, model, inputs

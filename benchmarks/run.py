@@ -98,8 +98,9 @@ def table(records: list[dict[str, Any]]) -> str:
             continue
         parity = r.get("parity_max_rel_err")
         predicted, error = _predicted(r)
+        config = r["config"] + (" (FELL BACK TO STOCK)" if r.get("fallback") else "")
         lines.append(
-            f"| {r['workload']} | {r['config']} | {r['regime']} | {r['first_step_s']:.1f} | {r['step_ms']:.1f} | "
+            f"| {r['workload']} | {config} | {r['regime']} | {r['first_step_s']:.1f} | {r['step_ms']:.1f} | "
             f"{_gib(r, 'peak_allocated_bytes')} | {_gib(r, 'peak_reserved_bytes')} | {predicted} | {error} | "
             f"{'-' if parity is None else f'{parity:.1e}'} |"
         )

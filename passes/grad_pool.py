@@ -124,16 +124,23 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
     outputs = list(out_node.args[0])
     for entry, slot_input in zip(plan.entries, slot_inputs):
         producer = by_name[entry.node]
-        if entry.how == "mm_into":
-            with graph.inserting_before(out_node):
+        # right after the producer, so its inputs and the gradient die as early as before
+        with graph.inserting_after(producer):
+            if entry.how == "mm_into":
                 graph.call_function(MM_INTO, (slot_input, *producer.args))
-        else:
-            with graph.inserting_before(out_node):
+            else:
                 total = graph.call_function(torch.ops.aten.add.Tensor, (slot_input, producer))
+        if entry.how != "mm_into":
+            with graph.inserting_after(total):
                 write = graph.call_function(torch.ops.aten.copy_.default, (slot_input, total))
             total.meta["val"] = write.meta["val"] = slot_input.meta["val"]
         outputs[entry.output_index] = None
     out_node.args = (tuple(outputs),)
+    # Inductor keeps the strides of "user visible" outputs and reads those entries as nodes
+    # (torch 2.11 fails on a None there): the pooled outputs are gone
+    visible = out_node.meta.get("user_visible_output_idxs")
+    if visible is not None:
+        out_node.meta["user_visible_output_idxs"] = [i for i in visible if isinstance(outputs[i], Node)]
     for entry in plan.entries:
         if entry.how == "mm_into":
             graph.erase_node(by_name[entry.node])

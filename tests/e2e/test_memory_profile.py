@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 import dsgraph
+from dsgraph.pool import pool_tensors
 
 from models import MLP, TinyGPT, gpt_batch
 
@@ -132,3 +133,32 @@ def test_inductor_prediction_is_reported_beside_fx():
     # Inductor fuses intermediates away: its peak is at most FX's
     assert prof.external_bytes < prof.inductor_peak_bytes <= prof.fx_peak_bytes
     assert prof.analysis_seconds < 5
+
+
+def test_gradient_pool_counts_as_existing_memory():
+    torch.manual_seed(6)
+    x = torch.randn(4, 16)
+    grads = (16 * 32 + 32 * 8) * 4  # w1 then w2: both slots start on 16-element boundaries
+    # gradients set to None before the step: the pool is extra memory, at most its bytes
+    model = Chain()
+    plain = dsgraph.memory_profile(model, x, inductor=False)
+    pooled = dsgraph.memory_profile(model, x, inductor=False, grad_pool=True)
+    # the pool is one buffer per process and dtype: it may hold other live models' slots too
+    pool_total = sum(t.numel() * t.element_size() for _, t in pool_tensors(model.parameters()))
+    assert pool_total >= grads
+    assert pooled.external_bytes == plain.external_bytes + pool_total
+    assert plain.peak_bytes <= pooled.peak_bytes <= plain.peak_bytes + pool_total
+    assert all(p.grad is None for p in model.parameters())  # the model is left as it was
+    # gradients kept from an earlier step: they are the pool, and accumulating in place
+    # needs no second set of gradients at the end of the backward
+    kept_plain, kept_pooled = Chain(), Chain()
+    kept_pooled.load_state_dict(kept_plain.state_dict())
+    kept_plain(x).sum().backward()
+    torch.compile(kept_pooled, backend="dsgraph", options={"inductor": False, "grad_pool": True})(x).sum().backward()
+    torch._dynamo.reset()
+    plain = dsgraph.memory_profile(kept_plain, x, inductor=False)
+    pooled = dsgraph.memory_profile(kept_pooled, x, inductor=False, grad_pool=True)
+    # kept grads are views of the pool: counted once, as the whole pool
+    pool_total = sum(t.numel() * t.element_size() for _, t in pool_tensors(kept_pooled.parameters()))
+    assert pooled.external_bytes == plain.external_bytes - grads + pool_total
+    assert pooled.peak_bytes - pooled.external_bytes < plain.peak_bytes - plain.external_bytes
