@@ -129,7 +129,24 @@ def parse(text: str) -> Pipeline:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"dsgraph pipeline {text!r}: pass(es) named twice: {', '.join(duplicates)}")
+    _check_mutation_order(passes, text)
     return Pipeline(passes)
+
+
+def _check_mutation_order(passes: tuple[PassInvocation, ...], text: str) -> None:
+    """A pass that adds mutation runs after every pass that assumes a functional graph."""
+    mutating: dict[str, str] = {}  # stage -> first mutating pass seen
+    for inv in passes:
+        spec = registry.spec(inv.name)
+        for stage in spec.stages:
+            if stage in mutating and not spec.handles_mutation:
+                raise ValueError(
+                    f"dsgraph pipeline {text!r}: '{inv.name}' assumes a functional graph but runs after "
+                    f"'{mutating[stage]}', which adds mutation on the {stage} graph; put it earlier"
+                )
+        if spec.mutates:
+            for stage in spec.stages:
+                mutating.setdefault(stage, inv.name)
 
 
 # option -> (pass it configures, argument of that pass or None when the option only

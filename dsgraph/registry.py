@@ -24,6 +24,7 @@ class PassSpec:
     reads: tuple[str, ...] = ()  # analyses it needs, by class name
     preserves: tuple[str, ...] = ()  # analyses still valid after it changed the graph
     mutates: bool = False  # adds in-place ops / aliasing: runs after functional passes
+    handles_mutation: bool = False  # may run after a pass that ``mutates``
     # Pipeline arguments it accepts: name -> parser of the raw string in "pass{key=value}".
     args: Mapping[str, Callable[[str], object]] = field(default_factory=dict)
     doc: str = ""

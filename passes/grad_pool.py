@@ -44,6 +44,7 @@ SPEC = PassSpec(
     name="grad_pool",
     stages=("backward",),
     mutates=True,
+    handles_mutation=True,
     doc="parameter gradients in one flat buffer per (device, dtype)",
 )
 

@@ -18,6 +18,7 @@ from dsgraph.registry import PassSpec
 
 SPEC = PassSpec(
     name="lifetimes",
+    handles_mutation=True,  # storage-aware: views and in-place ops are understood
     stages=("forward", "backward", "inference"),
     reads=("TensorLifetimes",),
     preserves=("TensorLifetimes",),

@@ -26,11 +26,13 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dsgraph.analysis.lifetimes import TensorLifetimes
+from dsgraph.analysis.sweep import live_per_step
 from dsgraph.context import PassContext, PassResult
 from dsgraph.registry import PassSpec
 
 SPEC = PassSpec(
     name="reorder_for_memory",
+    handles_mutation=True,  # storage-aware: views and in-place ops are understood
     stages=("forward", "backward", "inference"),
     reads=("TensorLifetimes",),
     doc="reorders nodes to lower the predicted peak",
@@ -178,27 +180,18 @@ def _peak_of_order(gm: GraphModule, lifetimes: TensorLifetimes, order: list[Node
     sequence = head + order + [gm.graph.output_node()]
     position = {n: i for i, n in enumerate(sequence)}
     n_total = len(sequence)
-    delta = [0] * (n_total + 1)
+    intervals = []
     for s in lifetimes.storages:
-        members = s.members
-        if s.is_input:
-            start = 0
-        else:
-            start = position[s.root]
+        start = 0 if s.is_input else position[s.root]
         if s.is_output or (s.is_input and s.held):
             stop = n_total - 1
         else:
-            readers = [position[u] for m in members for u in m.users if u in position]
+            readers = [position[u] for m in s.members for u in m.users if u in position]
             if s.index is not None:  # an element of a multi-output node: its tuple holds it
                 readers += [position[u] for u in s.root.users if u in position]
             stop = max(readers, default=start)
-        delta[start] += s.nbytes
-        delta[stop + 1] -= s.nbytes
-    live, peak = 0, 0
-    for d in delta[:-1]:
-        live += d
-        peak = max(peak, live)
-    return peak
+        intervals.append((start, stop, s.nbytes))
+    return max(live_per_step(n_total, intervals), default=0)
 
 
 def apply_reorder(gm: GraphModule, plan: ReorderPlan) -> GraphModule:

@@ -21,7 +21,7 @@ import operator
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import sympy
 import torch
@@ -29,6 +29,7 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from .base import Analysis
+from .sweep import live_per_step
 
 # Ops that return (a view of) their input although their schema has no alias annotation.
 _ALIAS_RE = re.compile(r"Tensor\((\w+)")
@@ -71,13 +72,12 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 
 @lru_cache(maxsize=None)
-def _return_aliases(op: torch._ops.OpOverload) -> tuple[tuple[str | None, bool], ...]:
-    """Per schema return: (name of the argument it aliases or None, is it a list return)."""
+def _return_aliases(op: torch._ops.OpOverload) -> tuple[str | None, ...]:
+    """Per schema return: the name of the argument it aliases, or None."""
     schema = op._schema
     out = []
     printed = _printed_returns(schema)
     for ret, ret_text in zip(schema.returns, printed):
-        is_list = isinstance(ret.type, torch.ListType)
         target = None
         sets = _alias_sets(ret, ret_text)
         if sets:
@@ -87,7 +87,7 @@ def _return_aliases(op: torch._ops.OpOverload) -> tuple[tuple[str | None, bool],
                     break
         elif schema.name in _ALIASING_WITHOUT_ANNOTATION:
             target = schema.arguments[0].name
-        out.append((target, is_list))
+        out.append(target)
     return tuple(out)
 
 
@@ -250,7 +250,7 @@ class TensorLifetimes(Analysis):
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
             result = []
-            for name, is_list in _return_aliases(target):
+            for name in _return_aliases(target):
                 arg = _arg_by_name(node, target, name) if name else None
                 result.append(self.storage_of.get(arg) if isinstance(arg, Node) else None)
             # An op's schema is the truth: no annotation means a fresh allocation, even
@@ -282,20 +282,15 @@ class TensorLifetimes(Analysis):
 
     def _sweep(self) -> list[int]:
         n = len(self.nodes)
-        delta = [0] * (n + 2)
-        base = 0
-        for s in self.storages:
-            start = max(s.first, 0)
-            stop = min(max(s.last, s.first), n)  # inputs never used still exist at index 0
+        if n == 0:
+            return []
+
+        def interval(s: Storage) -> tuple[int, int, int]:
             if s.is_input and not s.held and s.last < 0:
-                stop = 0
-            delta[start] += s.nbytes
-            delta[stop + 1] -= s.nbytes
-        live, acc = [], base
-        for i in range(n):
-            acc += delta[i]
-            live.append(acc)
-        return live
+                return 0, 0, s.nbytes  # an input nothing reads: it exists when the graph starts
+            return s.first, s.last, s.nbytes
+
+        return live_per_step(n, (interval(s) for s in self.storages))
 
     # -- queries --------------------------------------------------------------------------
 
@@ -315,15 +310,6 @@ class TensorLifetimes(Analysis):
 
     def live_at(self, node: Node) -> int:
         return self.live[self.index[node]]
-
-    def live_storages_at(self, i: int) -> Iterable[Storage]:
-        for s in self.storages:
-            start = max(s.first, 0)
-            stop = s.last
-            if s.is_input and not s.held and s.last < 0:
-                stop = 0
-            if start <= i <= max(stop, start):
-                yield s
 
 
 def _storage_key(t: torch.Tensor) -> Any:

@@ -41,19 +41,6 @@ class GraphPlan:
     input_bytes: dict[str, int] = field(default_factory=dict)
     input_expr: dict[str, Callable[[], sympy.Expr]] = field(default_factory=dict)
 
-    def local_peak(self) -> int:
-        """Peak of the bytes this graph allocates (inputs not counted)."""
-        delta = [0] * (len(self.steps) + 1)
-        for b in self.blocks:
-            delta[b.start] += b.nbytes
-            end = len(self.steps) - 1 if b.end is None else b.end
-            delta[end + 1] -= b.nbytes
-        live, peak = 0, 0
-        for d in delta[:-1]:
-            live += d
-            peak = max(peak, live)
-        return peak
-
 
 def fx_plan(gm: GraphModule) -> GraphPlan:
     """What FX execution of ``gm`` allocates and frees (views and in-place ops are free)."""

@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 import sympy
 
 from .plan import GraphPlan
+from .sweep import live_per_step
 
 
 @dataclass
@@ -77,16 +78,8 @@ class MemoryTimeline:
 
 
 def _sweep(labels: list[tuple[str, str]], intervals: Iterable[Interval]) -> list[TimelineEntry]:
-    n = len(labels)
-    delta = [0] * (n + 1)
-    for iv in intervals:
-        delta[iv.start] += iv.nbytes
-        delta[iv.end + 1] -= iv.nbytes
-    entries, live = [], 0
-    for i, (graph, node) in enumerate(labels):
-        live += delta[i]
-        entries.append(TimelineEntry(graph, node, live))
-    return entries
+    live = live_per_step(len(labels), ((iv.start, iv.end, iv.nbytes) for iv in intervals))
+    return [TimelineEntry(graph, node, nbytes) for (graph, node), nbytes in zip(labels, live)]
 
 
 def stitch(

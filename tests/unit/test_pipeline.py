@@ -121,3 +121,24 @@ def test_grad_pool_option_builds_the_pipeline_and_contradictions_are_errors():
     assert str(resolve(dsgraph.validate_options({"grad_pool": False, "pipeline": "grad_pool"}), {})) == "grad_pool"
     # DSGRAPH_DISABLE removes it last, with no contradiction
     assert str(resolve(opts, {"DSGRAPH_DISABLE": "grad_pool"})) == "lifetimes"
+
+
+def test_functional_passes_must_run_before_mutating_ones():
+    def make(name, **kw):
+        m = types.ModuleType(name)
+        m.SPEC = PassSpec(name=name, stages=("backward",), **kw)
+        m.run = lambda gm, ctx: PassResult(gm, False)
+        return m
+
+    mods = [make("toy_functional"), make("toy_mutating", mutates=True)]
+    for m in mods:
+        registry.register_pass(m)
+    try:
+        assert str(parse("toy_functional,toy_mutating")) == "toy_functional,toy_mutating"
+        with pytest.raises(ValueError, match="'toy_functional' assumes a functional graph but runs after 'toy_mutating'"):
+            parse("toy_mutating,toy_functional")
+        # passes that understand mutation may follow
+        assert str(parse("grad_pool,reorder_for_memory,lifetimes")) == "grad_pool,reorder_for_memory,lifetimes"
+    finally:
+        for m in mods:
+            registry.unregister_pass(m.SPEC.name)
