@@ -79,18 +79,12 @@ def dsgraph_figures() -> dict[str, Any]:
 def predicted_peaks(captured, model, inputs, regime: str) -> dict[str, Any]:
     """dsgraph's predictions of the steady step just measured: the state at its start is
     the parameters, buffers and inputs, plus the gradients when they are kept ("zero")."""
-    from dsgraph.memory import external_intervals, step_timelines
-    from dsgraph.pool import pool_tensors
+    from dsgraph.memory import external_intervals, step_start_tensors, step_timelines
 
     compiles = [c for c in captured.compiles if c.fallback is None and "backward" in c.stages]
     if len(compiles) != 1:
         return {"error": f"{len(compiles)} compiled graphs with a backward"}
-    tensors = [(f"param:{n}", p) for n, p in model.named_parameters()]
-    tensors += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
-    tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-    if regime == "zero":
-        tensors += [(f"grad:{n}", p.grad) for n, p in model.named_parameters() if p.grad is not None]
-    tensors += pool_tensors(model.parameters())  # a gradient pool lives across steps
+    tensors = step_start_tensors(model, inputs, kept_grads=(regime == "zero"))
     t0 = time.perf_counter()
     timelines = step_timelines(compiles[0], external_intervals(tensors, compiles[0].dynamo_inputs))
     out = {name: {"peak_bytes": tl.peak_bytes, "peak_at": f"{tl.peak_entry.graph}:{tl.peak_entry.node}"}

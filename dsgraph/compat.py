@@ -173,3 +173,22 @@ def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     new_gm = torch.fx.GraphModule(gm, new_graph, gm.__class__.__name__)
     new_gm.meta = dict(getattr(gm, "meta", {}))
     return new_gm
+
+
+def dynamo_graph_inputs(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, Any]]:
+    """(placeholder, the real object Dynamo bound to it or None) for a Dynamo graph.
+
+    Dynamo keeps the real tensor of each graph input in the placeholder's ``grapharg``
+    (possibly through a weak reference that may be gone).
+    """
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        grapharg = node.meta.get("grapharg")
+        try:
+            example = grapharg.example if grapharg is not None else None
+        except Exception:  # the weak reference died
+            example = None
+        out.append((node, example))
+    return out

@@ -71,6 +71,18 @@ def external_intervals(
     return out
 
 
+def step_start_tensors(model: torch.nn.Module, inputs, kept_grads: bool) -> list[tuple[str, torch.Tensor]]:
+    """What exists on the device when a training step starts: parameters, buffers, tensor
+    inputs, the gradients kept from earlier steps (``kept_grads``) and the gradient pool."""
+    tensors = [(f"param:{n}", p) for n, p in model.named_parameters()]
+    tensors += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
+    tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    if kept_grads:
+        tensors += [(f"grad:{n}", p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    tensors += pool_tensors(model.parameters())  # the pool persists across steps
+    return tensors
+
+
 def saved_bytes(plan: GraphPlan, saved_names: list[str]) -> int:
     saved = set(saved_names)
     return sum(b.nbytes for b in plan.blocks if saved & set(b.outputs))
@@ -148,7 +160,7 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
 
     validate_options(options)
     grads, buffers = _snapshot(model)
-    kept = [(f"grad:{n}", p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    start_state = step_start_tensors(model, inputs, kept_grads=True)  # before the step adds any
     compiled = torch.compile(model, backend=_fresh_backend(), options=dict(options) or None)
     try:
         with profiling.capture() as cap:
@@ -164,12 +176,8 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
         )
     captured = compiles[0]
     start = time.perf_counter()
-    tensors = [(f"param:{n}", p) for n, p in model.named_parameters()]
-    tensors += [(f"buffer:{n}", b) for n, b in model.named_buffers()]
-    tensors += [(f"input:{i}", x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-    tensors += kept
-    tensors += pool_tensors(model.parameters())  # the gradient pool persists across steps
-    external = external_intervals(tensors, captured.dynamo_inputs)
+    # the pool may first be allocated by this step's backward: it exists at later steps' starts
+    external = external_intervals(start_state + pool_tensors(model.parameters()), captured.dynamo_inputs)
     timelines = step_timelines(captured, external)
     executor = "inductor" if "inductor" in timelines else "fx"
     chosen = timelines[executor]

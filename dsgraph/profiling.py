@@ -66,21 +66,12 @@ def capture() -> Iterator[Capture]:
 
 def dynamo_inputs(gm: torch.fx.GraphModule) -> list[tuple[Any, Callable[[], sympy.Expr]]]:
     """(real tensor, bytes expression) for each tensor input of a Dynamo graph."""
+    from . import compat
     from .analysis.lifetimes import storage_bytes_expr
 
     out = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
+    for node, example in compat.dynamo_graph_inputs(gm):
         val = node.meta.get("example_value")
-        if not isinstance(val, torch.Tensor):
-            continue
-        grapharg = node.meta.get("grapharg")
-        example = None
-        if grapharg is not None:
-            try:
-                example = grapharg.example
-            except Exception:  # Dynamo kept no reference (a weakref that died)
-                example = None
-        out.append((example, (lambda v=val: storage_bytes_expr(v))))
+        if isinstance(val, torch.Tensor):
+            out.append((example, (lambda v=val: storage_bytes_expr(v))))
     return out

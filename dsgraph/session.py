@@ -52,21 +52,12 @@ def graph_params(gm: torch.fx.GraphModule) -> list:
     """For each input of a Dynamo graph, the nn.Parameter (requiring grad) it is, or None.
 
     The backward's outputs follow these inputs (FACTS.md), so this is how passes find which
-    gradient belongs to which parameter. Dynamo keeps the real tensor in the placeholder's
-    ``grapharg``.
+    gradient belongs to which parameter.
     """
-    out = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        grapharg = node.meta.get("grapharg")
-        try:
-            example = grapharg.example if grapharg is not None else None
-        except Exception:  # Dynamo kept only a weak reference that is gone
-            example = None
-        is_param = isinstance(example, torch.nn.Parameter) and example.requires_grad
-        out.append(example if is_param else None)
-    return out
+    return [
+        example if isinstance(example, torch.nn.Parameter) and example.requires_grad else None
+        for _, example in compat.dynamo_graph_inputs(gm)
+    ]
 
 
 def stage_of(kwargs: dict[str, Any]) -> str:
