@@ -1,0 +1,113 @@
+"""CostModel: how long each node takes to run, as ``a * FLOPs + b * bytes``.
+
+FLOPs come from torch's own formulas (``torch.utils.flop_counter``: matmuls, convolutions,
+attention) evaluated on the fake tensors' shapes; every other op is memory-bound and costs
+the bytes it reads and writes over the device's bandwidth. The rates default to what was
+measured on an H200 here (FACTS.md: bf16 matmul about 790 TFLOP/s, copies about 4.3 TB/s
+counting bytes read and written); fp32 matmuls use the plain fp32 rate (TF32 off). Views
+and getitems cost nothing. This is what the checkpoint planner weighs recomputation with:
+recomputing a cheap pointwise op costs bytes, recomputing a matmul costs FLOPs.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.utils._pytree import tree_map
+
+from .base import Analysis
+from .lifetimes import _return_aliases, tensor_bytes, tensor_values
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    flops_per_s: dict = field(default_factory=lambda: {
+        torch.bfloat16: 790e12, torch.float16: 790e12, torch.float32: 60e12, torch.float64: 30e12,
+    })
+    bytes_per_s: float = 4.3e12
+
+    def flop_rate(self, dtype: torch.dtype) -> float:
+        return self.flops_per_s.get(dtype, self.flops_per_s[torch.float32])
+
+
+H200 = DeviceRates()
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    flops: int
+    bytes: int
+    seconds: float
+
+
+def _val(x: Any) -> Any:
+    return x.meta.get("val") if isinstance(x, Node) else x
+
+
+# CPU attention kernels take the same leading (q, k, v) or (grad, q, k, v) arguments as the
+# CUDA flash kernels torch has formulas for
+_SAME_FORMULA = {
+    "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "_scaled_dot_product_flash_attention_backward",
+}
+
+
+def node_flops(node: Node) -> int:
+    """FLOPs of one call, from torch's flop formulas; 0 for ops without one."""
+    from torch.utils.flop_counter import flop_registry
+
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return 0
+    packet = node.target.overloadpacket
+    alias = _SAME_FORMULA.get(packet.__name__)
+    if alias is not None:
+        packet = getattr(torch.ops.aten, alias)
+    formula = flop_registry.get(packet)
+    if formula is None:
+        return 0
+    args, kwargs = tree_map(_val, (node.args, node.kwargs))
+    return int(formula(*args, out_val=node.meta.get("val"), **kwargs))
+
+
+def _is_view(node: Node) -> bool:
+    if node.target is operator.getitem:
+        return True
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and any(
+        name is not None for name in _return_aliases(target)
+    ) and not target._schema.is_mutable
+
+
+def node_bytes_moved(node: Node) -> int:
+    """Bytes a kernel for this node reads (its tensor inputs) and writes (its outputs)."""
+    if node.op != "call_function" or _is_view(node):
+        return 0
+    read = sum(tensor_bytes(t) for a in node.all_input_nodes for _, t in tensor_values(a.meta.get("val")))
+    written = sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))
+    return read + written
+
+
+class CostModel(Analysis):
+    name = "CostModel"
+
+    def __init__(self, gm: GraphModule, rates: DeviceRates = H200):
+        self.rates = rates
+        self.costs: dict[Node, NodeCost] = {}
+        for node in gm.graph.nodes:
+            flops = node_flops(node)
+            moved = node_bytes_moved(node)
+            vals = tensor_values(node.meta.get("val"))
+            dtype = vals[0][1].dtype if vals else torch.float32
+            seconds = flops / rates.flop_rate(dtype) + moved / rates.bytes_per_s
+            self.costs[node] = NodeCost(flops, moved, seconds)
+
+    @classmethod
+    def compute(cls, gm: GraphModule, ctx: Any) -> "CostModel":
+        return cls(gm)
+
+    def seconds(self, nodes) -> float:
+        return sum(self.costs[n].seconds for n in nodes)

@@ -1,0 +1,48 @@
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from dsgraph.analysis.cost_model import H200, CostModel
+
+
+def trace(fn, *tensors):
+    return make_fx(fn, tracing_mode="fake")(*tensors)
+
+
+def by_target(gm, name):
+    return next(n for n in gm.graph.nodes if n.op == "call_function" and name in str(n.target))
+
+
+def test_matmul_flops_and_time():
+    gm = trace(lambda a, b: torch.mm(a, b), torch.randn(64, 32), torch.randn(32, 16))
+    cost = CostModel(gm).costs[by_target(gm, "mm")]
+    assert cost.flops == 2 * 64 * 32 * 16
+    assert cost.bytes == (64 * 32 + 32 * 16 + 64 * 16) * 4
+    expected = cost.flops / H200.flop_rate(torch.float32) + cost.bytes / H200.bytes_per_s
+    assert abs(cost.seconds - expected) < 1e-18
+
+
+def test_bf16_matmuls_use_the_tensor_core_rate():
+    a = torch.randn(128, 64, dtype=torch.bfloat16)
+    gm = trace(lambda a: a @ a.t(), a)
+    cost = CostModel(gm).costs[by_target(gm, "mm")]
+    assert cost.flops == 2 * 128 * 64 * 128
+    assert cost.seconds < cost.flops / H200.flop_rate(torch.float32)
+
+
+def test_convolution_and_attention_have_flops():
+    gm = trace(lambda x, w: F.conv2d(x, w), torch.randn(2, 3, 9, 9), torch.randn(5, 3, 3, 3))
+    conv = CostModel(gm).costs[by_target(gm, "convolution")]
+    assert conv.flops == 2 * (2 * 5 * 7 * 7) * 3 * 3 * 3
+    q = torch.randn(2, 4, 16, 8)
+    gm = trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, q.clone(), q.clone())
+    attention = [c for n, c in CostModel(gm).costs.items() if "attention" in str(n.target)]
+    assert attention and attention[0].flops > 0
+
+
+def test_pointwise_ops_cost_bytes_and_views_cost_nothing():
+    gm = trace(lambda x: (x.exp() + 1).view(-1), torch.randn(10, 10))
+    costs = CostModel(gm).costs
+    exp, view = by_target(gm, "exp"), by_target(gm, "view")
+    assert costs[exp].flops == 0 and costs[exp].bytes == 2 * 100 * 4
+    assert costs[view].bytes == 0 and costs[view].seconds == 0
