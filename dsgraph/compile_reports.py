@@ -68,7 +68,7 @@ def clear_reports() -> None:
         _reports.clear()
 
 
-def _fmt_stats(stats: dict[str, Any]) -> str:
+def format_stats(stats: dict[str, Any]) -> str:
     parts = []
     for k, v in stats.items():
         if isinstance(v, int) and k.endswith("bytes"):
@@ -79,17 +79,27 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def format_table(items: list[GraphReport] | None = None) -> str:
-    """One row per graph and pass: graph, pass, ms, changed, stats."""
-    items = reports() if items is None else items
-    rows = [("graph", "pass", "ms", "changed", "stats")]
+def _rows(items: list[GraphReport]) -> list[tuple[str, str, str, str, str]]:
+    rows = []
     for r in items:
         if r.fallback:
-            rows.append((r.name, "(stock fallback)", "", "", r.fallback[:80]))
+            rows.append((r.name, "(stock fallback)", "", "", r.fallback))
         if not r.passes:
             rows.append((r.name, "(no passes)", "", "", f"nodes={r.nodes_after}"))
         for p in r.passes:
-            rows.append((r.name, p.name, f"{p.ms:.1f}", "yes" if p.changed else "no", _fmt_stats(p.stats)))
+            rows.append((r.name, p.name, f"{p.ms:.1f}", "yes" if p.changed else "no", format_stats(p.stats)))
+    return rows
+
+
+def format_table(items: list[GraphReport] | None = None, markdown: bool = False) -> str:
+    """One row per graph and pass: graph, pass, ms, changed, stats (plain text or Markdown)."""
+    items = reports() if items is None else items
+    head = ("graph", "pass", "ms", "changed", "stats")
+    rows = _rows(items)
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|---" * 5 + "|"]
+                         + ["| " + " | ".join(row) + " |" for row in rows])
+    rows = [head] + [row[:4] + (row[4][:80] if row[1] == "(stock fallback)" else row[4],) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []
     for j, row in enumerate(rows):

@@ -16,6 +16,7 @@ written inside a file depends on ids or clocks except the measured pass times.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import platform
 import re
@@ -26,8 +27,9 @@ from typing import Any, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from .analysis.lifetimes import TensorLifetimes, default_held, tensor_values
-from .compile_reports import GraphReport, _fmt_stats
+from . import compat
+from .analysis.lifetimes import TensorLifetimes, default_held
+from .compile_reports import GraphReport, format_table
 from .units import format_bytes
 
 _lock = threading.Lock()
@@ -129,13 +131,9 @@ class GraphDump:
                 continue
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor):
-                from . import compat
-
                 specs.append((node.name, "tensor", [compat.size_hint(s) for s in val.shape],
                               [compat.size_hint(s) for s in val.stride()], str(val.dtype), val.device.type))
             elif isinstance(val, (int, torch.SymInt)):
-                from . import compat
-
                 specs.append((node.name, "int", compat.size_hint(val), None, None, None))
             else:
                 specs.append((node.name, "none", None, None, None, None))
@@ -222,20 +220,10 @@ def add_report(root: str, report: GraphReport, pipeline: str) -> None:
     lines.append(f"- dsgraph {__version__}")
     lines.append(f"- pipeline: `{pipeline}`")
     lines.append("")
-    lines.append("| graph | pass | ms | changed | stats |")
-    lines.append("|---|---|---|---|---|")
-    for r in items:
-        if r.fallback:
-            lines.append(f"| {r.name} | (stock fallback) | | | {r.fallback} |")
-        if not r.passes:
-            lines.append(f"| {r.name} | (no passes) | | | nodes={r.nodes_after} |")
-        for p in r.passes:
-            lines.append(f"| {r.name} | {p.name} | {p.ms:.1f} | {'yes' if p.changed else 'no'} | {_fmt_stats(p.stats)} |")
+    lines.append(format_table(items, markdown=True))
     lines.append("")
     with open(os.path.join(root, "index.md"), "w") as f:
         f.write("\n".join(lines))
-    import json
-
     with open(os.path.join(root, "reports.json"), "w") as f:
         json.dump({"pipeline": pipeline, "reports": [r.to_dict() for r in items]}, f, indent=1, default=str)
 

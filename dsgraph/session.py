@@ -21,7 +21,7 @@ import torch
 
 from . import compat, dumps, profiling
 from .analysis.inductor_plan import GraphCapture, inductor_plan
-from .analysis.lifetimes import tensor_values
+from .analysis.lifetimes import TensorLifetimes
 from .context import CompileConfig, PassContext
 from .errors import PassFailure
 from .manager import run_passes, write_final_dumps
@@ -75,31 +75,27 @@ def saved_names(bw: torch.fx.GraphModule) -> list[str]:
 
 def partition_summary(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> tuple[str, dict[str, Any]]:
     """partition.md text and the joint report's memory figures."""
-    fw_nodes = {n.name: n for n in fw.graph.nodes}
-    rows, total, primal = [], 0, 0
-    for name in saved_names(bw):
-        node = fw_nodes.get(name)
-        vals = tensor_values(node.meta.get("val")) if node is not None else []
-        if not vals:
-            rows.append(f"| {name} | (not a tensor) | 0 | |")
+    names = saved_names(bw)
+    lifetimes = TensorLifetimes(fw)
+    by_name = {n.name: n for n in lifetimes.nodes}
+    rows = []
+    for name in names:
+        node = by_name.get(name)
+        storage = lifetimes.storage_of.get(node) if node is not None else None
+        if storage is None:
+            rows.append(f"| {name} | (not a tensor) | | |")
             continue
-        from .analysis.lifetimes import storage_bytes
-
-        t = vals[0][1]
-        nbytes = storage_bytes(t)
-        is_input = node.op == "placeholder"
-        if is_input:
-            primal += nbytes
-        else:
-            total += nbytes
-        rows.append(f"| {name} | {t.dtype} {list(t.shape)} | {nbytes} | {'input' if is_input else 'activation'} |")
+        t = node.meta["val"]
+        kind = "input" if storage.is_input else "activation"
+        rows.append(f"| {name} | {t.dtype} {list(t.shape)} | {storage.name} ({storage.nbytes} B) | {kind} |")
+    activations = lifetimes.saved_bytes(names)
     text = "\n".join([
         "# partition", "",
-        f"saved for backward: {len(rows)} values, activations {format_bytes(total)} "
-        f"(views of one storage counted once per view here), inputs {format_bytes(primal)}", "",
-        "| name | tensor | bytes | kind |", "|---|---|---|---|", *rows, "",
+        f"saved for backward: {len(names)} values, activations {format_bytes(activations)} "
+        "(each storage once)", "",
+        "| name | tensor | storage | kind |", "|---|---|---|---|", *rows, "",
     ])
-    return text, {"saved_values": len(rows), "saved_activation_bytes_upper": total}
+    return text, {"saved_values": len(names), "saved_activation_bytes": activations}
 
 
 class CompileSession:

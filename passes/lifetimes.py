@@ -26,16 +26,6 @@ SPEC = PassSpec(
 )
 
 
-def saved_bytes(lifetimes: TensorLifetimes, saved_names: set[str]) -> int:
-    """Bytes of the forward's own storages that backward receives (each storage once)."""
-    storages = {
-        lifetimes.storage_of[n].id: lifetimes.storage_of[n]
-        for n in lifetimes.nodes
-        if n.name in saved_names and n in lifetimes.storage_of
-    }
-    return sum(s.nbytes for s in storages.values() if not s.is_input)
-
-
 def run(gm, ctx: PassContext) -> PassResult:
     lifetimes: TensorLifetimes = ctx.analysis(TensorLifetimes)
     for i, node in enumerate(lifetimes.nodes):
@@ -45,5 +35,5 @@ def run(gm, ctx: PassContext) -> PassResult:
     stats = {"nodes": len(lifetimes.nodes), "peak_bytes": peak, "peak_node": peak_node.name if peak_node else "-"}
     saved = ctx.shared.get("saved_names")
     if ctx.stage == "forward" and saved is not None:
-        stats["saved_bytes"] = saved_bytes(lifetimes, set(saved))
+        stats["saved_bytes"] = lifetimes.saved_bytes(saved)
     return PassResult(gm, changed=False, stats=stats)

@@ -308,6 +308,14 @@ class TensorLifetimes(Analysis):
         i = max(range(len(self.live)), key=self.live.__getitem__)
         return self.live[i], self.nodes[i]
 
+    def saved_bytes(self, saved_names) -> int:
+        """Bytes of this (forward) graph's own storages that the backward receives, each
+        storage once, inputs not counted."""
+        names = set(saved_names)
+        storages = {self.storage_of[n].id: self.storage_of[n] for n in self.nodes
+                    if n.name in names and n in self.storage_of}
+        return sum(s.nbytes for s in storages.values() if not s.is_input)
+
     def live_at(self, node: Node) -> int:
         return self.live[self.index[node]]
 
