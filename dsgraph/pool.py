@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -68,7 +68,7 @@ class _Pool:
     key: Key
     size: int = 0  # elements registered
     grads: torch.Tensor | None = None
-    slots: list[Slot] | None = None
+    slots: list[Slot] = field(default_factory=list)
 
 
 class PoolManager:
@@ -94,7 +94,7 @@ class PoolManager:
             if pool is None or all(s.param() is None for s in pool.slots):
                 # nothing alive uses this pool any more (an earlier model was freed): start
                 # over rather than keep its slots, so memory does not grow model after model
-                pool = self.pools[key] = _Pool(key, slots=[])
+                pool = self.pools[key] = _Pool(key)
             offset = -(-pool.size // ALIGN) * ALIGN
             s = Slot(weakref.ref(param), key, offset, param.numel(), tuple(param.shape), _grad_strides(param))
             pool.size = offset + param.numel()
@@ -197,8 +197,8 @@ class PooledBackward:
 
     def __call__(self, compiled: Callable[[list], Any]) -> Callable[[list], Any]:
         def run(args: list) -> Any:
-            pending = self._prepare()
-            args.extend(self.manager.view(s, self.debug) for s in self.slots)
+            views, pending = self._prepare()
+            args.extend(views)
             try:
                 out = compiled(args)
             finally:
@@ -209,24 +209,24 @@ class PooledBackward:
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def _prepare(self) -> list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]:
-        """Make each slot hold what the graph should add to; returns the slots whose
-        gradient must be handed over after the graph: (slot, param, what .grad held before
-        (a copy when it is the pool's view), is .grad the pool's view)."""
+    def _prepare(self) -> tuple[list[torch.Tensor], list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]]:
+        """Make each slot hold what the graph should add to; returns the slot views (the
+        graph's extra inputs) and the slots whose gradient must be handed over after the
+        graph: (slot, param, what .grad held before (a copy when it is the pool's view),
+        is .grad the pool's view)."""
         manager = self.manager
+        params = [s.param() for s in self.slots]
+        if any(p is None for p in params):
+            raise RuntimeError("a parameter this compiled backward writes into the gradient pool was deleted")
+        views = [manager.view(s, self.debug) for s in self.slots]  # allocates the pool on the first run
         to_zero, pending = [], []
         with torch.no_grad():
-            for s, matmul in zip(self.slots, self.matmul):
-                p = s.param()
-                if p is None:
-                    raise RuntimeError("a parameter this compiled backward writes into the gradient pool was deleted")
+            for s, p, matmul, view in zip(self.slots, params, self.matmul, views):
                 if manager.owns(p) and not _hooks(p):
                     continue  # the graph accumulates straight into .grad
-                manager.view(s, self.debug)  # allocates the pool on the first run
                 ours = manager.owns(p)
                 earlier = None if p.grad is None else (p.grad.clone() if ours else p.grad)
                 if matmul and earlier is None and not _hooks(p):
-                    view = manager.view(s)
                     manager._empty.add(view.data_ptr())  # the matmul overwrites it
                     if self.debug:
                         view.fill_(float("nan"))  # were it read before written, NaN shows it
@@ -235,7 +235,7 @@ class PooledBackward:
                 pending.append((s, p, earlier, ours))
             for key, start, stop in _runs(to_zero):
                 manager.buffer(key)[start:stop].zero_()
-        return pending
+        return views, pending
 
     def _finish(self, pending: list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]) -> None:
         """Hand each step gradient to ``.grad`` as autograd would, in backward production

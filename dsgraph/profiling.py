@@ -3,9 +3,9 @@
 ``capture()`` is a context manager: every dsgraph compile inside it records its forward
 and backward graphs as they were handed to the backend compiler (and before dsgraph's
 passes), Inductor's final schedule of each (``GraphPlan``), which forward outputs the
-backward receives, and the Dynamo graph's inputs with their symbolic sizes. Inductor's
-FX graph cache is off while a capture is active, because reading the schedule needs a real
-compile. ``dsgraph.memory_profile`` and the benchmarks build on it.
+backward receives, and the Dynamo graph's inputs with their symbolic sizes. (Reading
+Inductor's schedule needs a real compile: ``GraphCapture`` turns the FX graph cache off
+around each captured ``compile_fx_inner``.) ``dsgraph.memory_profile`` and the benchmarks build on it.
 """
 
 from __future__ import annotations
@@ -56,10 +56,7 @@ def capture() -> Iterator[Capture]:
     cap = Capture()
     token = _current.set(cap)
     try:
-        import torch._inductor.config as iconfig
-
-        with iconfig.patch(fx_graph_cache=False):
-            yield cap
+        yield cap
     finally:
         _current.reset(token)
 
