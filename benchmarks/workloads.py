@@ -8,6 +8,7 @@ the CPU smoke test of the harness itself.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,14 +25,19 @@ class Workload:
     description: str
 
 
-def _gpt(device: str, size: str):
+def _gpt(device: str, size: str, checkpoint_blocks: bool = False):
     cfg = {
         "full": GPTConfig.gpt2_small(),
         "small": GPTConfig(vocab=512, seq=128, layers=2, heads=4, dim=128),
         "tiny": GPTConfig(vocab=97, seq=16, layers=2, heads=2, dim=32),
     }[size]
     batch = {"full": 16, "small": 2, "tiny": 2}[size]
+    cfg = dataclasses.replace(cfg, checkpoint_blocks=checkpoint_blocks)
     return GPT(cfg).to(device), gpt_inputs(cfg, batch, device)
+
+
+def _gpt_hand_checkpointed(device: str, size: str):
+    return _gpt(device, size, checkpoint_blocks=True)
 
 
 def _mlp(device: str, size: str):
@@ -54,7 +60,7 @@ class _HFLoss(torch.nn.Module):
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
 
 
-def _hf_gpt2(device: str, size: str):
+def _hf_gpt2(device: str, size: str, gradient_checkpointing: bool = False):
     import transformers
 
     layers, dim, heads, seq, batch = {"full": (12, 768, 12, 1024, 8), "small": (2, 128, 4, 64, 2),
@@ -63,10 +69,17 @@ def _hf_gpt2(device: str, size: str):
                                      vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = _HFLoss(transformers.GPT2LMHeadModel(config)).to(device)
+    lm = transformers.GPT2LMHeadModel(config)
+    if gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = _HFLoss(lm).to(device)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (batch, seq), generator=g).to(device)
     return model, (ids, ids.clone())
+
+
+def _hf_gpt2_checkpointed(device: str, size: str):
+    return _hf_gpt2(device, size, gradient_checkpointing=True)
 
 
 class _ClassifierLoss(torch.nn.Module):
@@ -92,15 +105,19 @@ def _resnet50(device: str, size: str):
 
 WORKLOADS: dict[str, Workload] = {
     "gpt2": Workload("gpt2", _gpt, "GPT-2-small style decoder: 12 x 768, SDPA, vocab 50304, batch 16 x 1024"),
+    "gpt2_ckpt": Workload("gpt2_ckpt", _gpt_hand_checkpointed,
+                          "gpt2 with torch.utils.checkpoint around each block (hand-written checkpointing)"),
     "mlp": Workload("mlp", _mlp, "8 x (Linear(4096, 4096) + GELU), batch 8192"),
     "hf_gpt2": Workload("hf_gpt2", _hf_gpt2, "transformers GPT2LMHeadModel 12 x 768 (sdpa), batch 8 x 1024"),
+    "hf_gpt2_gc": Workload("hf_gpt2_gc", _hf_gpt2_checkpointed,
+                           "hf_gpt2 with the model's gradient_checkpointing_enable() (non-reentrant)"),
     "resnet50": Workload("resnet50", _resnet50, "torchvision resnet50, batch 64 x 3 x 224 x 224"),
 }
 
 
 def available(name: str) -> bool:
     """transformers and torchvision workloads run only where those packages are installed."""
-    module = {"hf_gpt2": "transformers", "resnet50": "torchvision"}.get(name)
+    module = {"hf_gpt2": "transformers", "hf_gpt2_gc": "transformers", "resnet50": "torchvision"}.get(name)
     if module is None:
         return True
     try:

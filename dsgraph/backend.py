@@ -10,6 +10,7 @@ compiled with the empty pipeline, which is stock Inductor (or plain FX code with
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -74,6 +75,8 @@ def dsgraph_backend(
     if mode not in (None, "default") and not opts.inductor:
         raise ValueError(f"torch.compile(mode={mode!r}) configures Inductor, but dsgraph option inductor=False")
     patches = compat.inductor_mode_options(mode) if opts.inductor else {}
+    if opts.inductor and opts.arena:
+        patches.update(compat.arena_inductor_patches())  # only inside dsgraph's compile_fx
     compile_id = f"c{next(_ids):03d}"
     fallback_copy = compat.copy_graph_module(gm) if opts.fallback == "inductor" and len(config.pipeline) else None
     session = CompileSession(config, compile_id, patches)
@@ -104,7 +107,7 @@ def _find_pass_failure(e: BaseException) -> PassFailure | None:
 
 def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, patches, failure: PassFailure):
     stock = CompileConfig(
-        options=config.options,
+        options=dataclasses.replace(config.options, arena=False),  # stock: no dsgraph rewrite
         pipeline=Pipeline(()),
         dump_dir=config.dump_dir,
         debug=config.debug,

@@ -119,6 +119,66 @@ def inductor_mode_options(mode: str | None) -> dict[str, Any]:
     return dict(list_mode_options(mode))
 
 
+def arena_inductor_patches() -> dict[str, Any]:
+    """Inductor config for ``arena=True``: Inductor's own memory planning (one pool of
+    intermediates per graph). torch 2.13 applies it to inference graphs only: its wrapper
+    codegen skips planning for training graphs (a comment there says it raises peaks)."""
+    return {"memory_planning": True}
+
+
+def out_variant(op: Any) -> Any:
+    """The ``out=`` overload of a functional op (``aten.mm.default`` -> ``aten.mm.out``), or
+    None: the same other arguments (names, types, defaults, keyword-only or not), one
+    keyword-only ``Tensor(a!)`` argument per returned tensor, returning them in order.
+
+    Read from the schemas, not from ``torch._library._out_variant.to_out_variant``: on
+    torch 2.11 that finds no out variant for ``aten.add.Tensor`` or ``aten.mm.default``.
+    """
+    schema = op._schema
+    if schema.name.endswith("_") or any(_writes(a) for a in schema.arguments):
+        return None  # in-place, or out= itself
+    returns = schema.returns
+    if not returns or any(str(r.type) != "Tensor" for r in returns):
+        return None
+    wanted = _non_out_args(schema)
+    packet = getattr(getattr(torch.ops, op.namespace), schema.name.split("::")[1])
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        cs = candidate._schema
+        outs = [a for a in cs.arguments if _writes(a)]
+        if len(outs) != len(returns) or len(cs.returns) != len(outs) or _non_out_args(cs) != wanted:
+            continue
+        if not all(a.kwarg_only and str(a.type) == "Tensor" for a in outs):
+            continue
+        if all(r.alias_info is not None and set(r.alias_info.before_set) == set(a.alias_info.before_set)
+               for r, a in zip(cs.returns, outs)):
+            return candidate
+    return None
+
+
+def _writes(arg: Any) -> bool:
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
+def _non_out_args(schema: Any) -> list:
+    return [(a.name, str(a.type), a.default_value, a.kwarg_only) for a in schema.arguments if not _writes(a)]
+
+
+def fake_mode_of(gm: torch.fx.GraphModule) -> Any:
+    """The FakeTensorMode of a graph's ``meta['val']`` tensors, or None."""
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+
+
+def symint_of(fake_mode: Any, expr: sympy.Expr, hint: int) -> Any:
+    """An int, or a SymInt of the graph's shape environment standing for ``expr``."""
+    if expr.is_Integer or fake_mode is None or fake_mode.shape_env is None:
+        return int(hint)
+    return fake_mode.shape_env.create_symintnode(expr, hint=int(hint))
+
+
 # --- symbolic sizes ---------------------------------------------------------------------
 
 def size_hint(x: Any, fallback: int = 8192) -> int:
@@ -192,3 +252,26 @@ def dynamo_graph_inputs(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, A
             example = None
         out.append((node, example))
     return out
+
+
+def extract_partition(joint: torch.fx.GraphModule, saved: list, num_fwd_outputs: int, static_input_indices):
+    """Forward and backward modules passing exactly ``saved`` (forward nodes) between them,
+    built the way Inductor's min-cut partitioner finishes (torch 2.11 to 2.13): torch's
+    extraction, backward reordered like the autograd engine, getitems raised."""
+    import inspect
+
+    from torch._functorch import partitioners as P
+
+    node_info = P.classify_nodes(joint, list(static_input_indices or []), num_fwd_outputs)
+    sym = [n for n in saved if P.is_sym_node(n)]
+    tensors = [n for n in saved if not P.is_sym_node(n)]
+    kwargs = dict(num_fwd_outputs=num_fwd_outputs, static_lifetime_input_nodes=node_info.static_lifetime_input_nodes)
+    if "saved_opaque_nodes" in inspect.signature(P._extract_fwd_bwd_modules).parameters:
+        kwargs["saved_opaque_nodes"] = []
+    fw, bw = P._extract_fwd_bwd_modules(joint, tensors, saved_sym_nodes=sym, **kwargs)
+    bw = P.reordering_to_mimic_autograd_engine(bw)
+    fw, bw = P.raise_getitems(fw), P.raise_getitems(bw)
+    if hasattr(P, "thread_graphsafe_rng_from_hops"):
+        fw = P.thread_graphsafe_rng_from_hops(fw, is_backward=False)
+        bw = P.thread_graphsafe_rng_from_hops(bw, is_backward=True)
+    return fw, bw

@@ -30,3 +30,16 @@ class PassFailure(RuntimeError):
             f"dsgraph pass '{pass_name}' failed on graph {graph} "
             f"(passes before it: {before}): {type(cause).__name__}: {cause}"
         )
+
+
+class BudgetError(ValueError):
+    """A memory budget no partition of the graph can meet.
+
+    It is a mistake in the options, not a failing pass: the manager lets it through and the
+    fallback policy never swallows it. ``smallest_feasible`` is the least budget, in bytes,
+    that the planner can meet for this graph.
+    """
+
+    def __init__(self, message: str, smallest_feasible: int):
+        super().__init__(message)
+        self.smallest_feasible = smallest_feasible

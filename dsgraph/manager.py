@@ -15,7 +15,7 @@ import torch
 from . import registry
 from .context import CompileConfig, PassContext, PassResult
 from .dumps import GraphDump, prepare_dir
-from .errors import PassFailure
+from .errors import BudgetError, PassFailure
 from .pipeline import PassInvocation
 from .compile_reports import GraphReport, PassRecord
 
@@ -63,6 +63,8 @@ def run_passes(
             if config.debug:
                 result.gm.graph.lint()
                 result.gm.recompile()
+        except BudgetError:
+            raise  # the user's budget cannot be met: an options mistake, never a fallback
         except Exception as e:
             raise PassFailure(inv.name, ctx.graph_name, done, e) from e
         finally:

@@ -21,6 +21,7 @@ import sympy
 import torch
 
 from . import profiling
+from .analysis.fused_plan import fused_plan
 from .analysis.plan import GraphPlan, fx_plan
 from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry, stitch
 from .pool import pool_tensors
@@ -114,6 +115,9 @@ def stage_timelines(stages: dict, saved_names: list[str], external: list[Interva
     fw_fx = fx_plan(fw_gm)
     bw_fx = fx_plan(bw_gm) if bw_gm is not None else None
     out = {"fx": stitch(fw_fx, bw_fx, external, saved_names)}
+    saved = set(saved_names)
+    # what the checkpoint planner predicts before Inductor compiles (fusion rule of thumb)
+    out["fused"] = stitch(fused_plan(fw_gm), fused_plan(bw_gm, donated=lambda name: name in saved) if bw_gm is not None else None, external, saved_names)
     if which == "after" and fw.inductor is not None and (bw is None or bw.inductor is not None):
         bw_ind = bw.inductor if bw is not None else None
         if bw_ind is not None and bw_fx is not None:

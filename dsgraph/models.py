@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class GPTConfig:
     heads: int = 12
     dim: int = 768
     dropout: float = 0.0
+    # per-block torch.utils.checkpoint, as people write it by hand (a benchmark baseline)
+    checkpoint_blocks: bool = False
 
     @staticmethod
     def gpt2_small() -> "GPTConfig":
@@ -55,6 +58,7 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
+        self.checkpoint_blocks = cfg.checkpoint_blocks
         self.tok = nn.Embedding(cfg.vocab, cfg.dim)
         self.pos = nn.Embedding(cfg.seq, cfg.dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
@@ -74,7 +78,10 @@ class GPT(nn.Module):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
-            x = block(x)
+            if self.checkpoint_blocks and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = self.head(self.ln(x))
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 

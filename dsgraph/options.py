@@ -69,8 +69,6 @@ OPTION_HELP = {
 # Options whose feature is registered in the design but not built yet. When a feature
 # lands, its entry leaves this table (and the default pipeline picks it up).
 NOT_BUILT = {
-    "memory_budget": "activation checkpointing under a memory budget (the 'checkpoint' pass)",
-    "arena": "the intermediate-tensor arena",
     "data_parallel": "bucketed all-reduce (the 'allreduce' pass)",
     "bucket_mb": "bucketed all-reduce (the 'allreduce' pass)",
     "compress": "gradient compression in the 'allreduce' pass",

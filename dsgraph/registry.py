@@ -35,9 +35,9 @@ _BUILT = {
     "lifetimes": "dsgraph.passes.lifetimes",
     "reorder_for_memory": "dsgraph.passes.reorder_for_memory",
     "grad_pool": "dsgraph.passes.grad_pool",
+    "checkpoint": "dsgraph.passes.checkpoint",
 }
 _NOT_BUILT = {
-    "checkpoint": "activation checkpointing under a memory budget",
     "allreduce": "bucketed gradient all-reduce overlapped with the backward",
     "lower_triton": "lowers fused regions to Triton kernels",
 }

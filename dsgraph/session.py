@@ -119,6 +119,7 @@ class CompileSession:
         start = time.perf_counter()
         ctx = PassContext(self.config, "joint", f"{self.compile_id}_joint", joint_inputs, self.shared)
         report = self._new_report("joint")
+        self.shared["partition_kwargs"] = dict(kwargs)
         gm = run_passes(gm, ctx, self.config.pipeline.for_stage("joint"), report)
         partition_fn = self.shared.get("partition_fn", compat.default_partition)
         fw, bw = partition_fn(gm, joint_inputs, **kwargs)
@@ -127,7 +128,12 @@ class CompileSession:
             self.captured.saved_names = list(self.shared["saved_names"])
         text, figures = partition_summary(fw, bw)
         report.memory.update(figures)
-        write_final_dumps(ctx, gm, {"partition.md": text})
+        extra = {"partition.md": text}
+        plan = self.shared.get("checkpoint_plan")
+        if plan is not None:
+            extra["checkpoint.md"] = plan.text()
+            report.memory.update({f"checkpoint_{k}": v for k, v in plan.stats().items()})
+        write_final_dumps(ctx, gm, extra)
         report.compile_seconds = time.perf_counter() - start
         self.reports.append(report)
         return fw, bw
@@ -143,6 +149,8 @@ class CompileSession:
         keep_graphs = self.captured is not None or bool(self.config.dump_dir)
         before = compat.copy_graph_module(gm) if keep_graphs else None
         gm = run_passes(gm, ctx, passes, report)
+        if self.config.options.arena and not self.config.options.inductor:
+            gm = self._arena(gm, ctx, report, len(passes) + 1)
         write_final_dumps(ctx, gm)
         for record in report.passes:
             if record.name == "lifetimes":
@@ -172,6 +180,26 @@ class CompileSession:
         report.compile_seconds = time.perf_counter() - start
         self.reports.append(report)
         return compiled
+
+    def _arena(self, gm: torch.fx.GraphModule, ctx: PassContext, report: GraphReport, step: int):
+        """``arena=True`` with FX execution: intermediates at planned offsets in buffers
+        (arena.py). Runs after the passes, on the graph that executes; a failure (or
+        ``DSGRAPH_TEST_FAIL_PASS=arena``) is handled like a failing pass: the fallback
+        compiles this graph stock, without the arena."""
+        from .arena import arena_graph
+
+        try:
+            if self.config.test_fail_pass == "arena":
+                raise RuntimeError("DSGRAPH_TEST_FAIL_PASS=arena")
+            plan, _ = arena_graph(gm, ctx.stage, debug=self.config.debug)
+        except Exception as e:
+            raise PassFailure("arena", ctx.graph_name, [p.name for p in report.passes], e) from e
+        report.memory.update(plan.stats())
+        report.nodes_after = len(gm.graph.nodes)
+        if self.config.dump_dir:
+            dumps.GraphDump(self.config.dump_dir, ctx.graph_name, ctx.stage).graph(
+                step, "arena", gm, [f"dsgraph {ctx.graph_name}: after the arena (not a pass)", *str(plan).splitlines()])
+        return gm
 
     def _new_report(self, kind: str) -> GraphReport:
         return GraphReport(self.compile_id, kind, str(self.config.pipeline), self.config.options.inductor)

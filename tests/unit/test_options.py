@@ -56,7 +56,7 @@ def test_bad_values_name_the_key(options, key):
 
 @pytest.mark.parametrize(
     "options",
-    [{"memory_budget": "1GiB"}, {"arena": True}, {"data_parallel": True},
+    [{"data_parallel": True},
      {"lower_triton": True}, {"bucket_mb": 25}, {"compress": "bf16"}],
 )
 def test_options_of_unbuilt_features_say_not_implemented(options):
@@ -67,6 +67,15 @@ def test_options_of_unbuilt_features_say_not_implemented(options):
 def test_switched_off_unbuilt_options_are_accepted():
     opts = dsgraph.validate_options({"arena": False, "lower_triton": False, "compress": "none"})
     assert opts.explicit == {"arena", "lower_triton", "compress"}
+
+
+def test_memory_budget_is_built_and_parsed_to_bytes():
+    assert dsgraph.validate_options({"memory_budget": "1GiB"}).memory_budget == 1 << 30
+    assert dsgraph.validate_options({"memory_budget": 800 << 20}).memory_budget == 800 << 20
+
+
+def test_arena_is_built():
+    assert dsgraph.validate_options({"arena": True}).arena is True
 
 
 def test_not_a_dict():

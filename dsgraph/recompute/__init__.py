@@ -1,0 +1,1 @@
+"""Activation recomputation: joint-graph structure, segment options, peak model, solver."""

@@ -1,0 +1,170 @@
+"""JointGraph: the forward/backward structure of a joint graph, as the checkpoint planner sees it.
+
+AOTAutograd's joint graph takes ``primals_*`` (parameters, buffers, inputs) and
+``tangents_*`` and computes the forward outputs and the gradients. For recomputation what
+matters is:
+
+- which nodes are forward (computable from the primals alone) and which are backward
+  (depend on a tangent, or are tagged backward by AOTAutograd);
+- which primals are parameters or buffers (``static_lifetime_input_indices``: they exist
+  for the whole step anyway) and which are data inputs;
+- which forward nodes are *static* (depend on no data input: weight casts and transposes,
+  masks, random seeds) and which carry activations;
+- which forward nodes are *random* (a ``nondeterministic_seeded`` op, or derived from one
+  without any activation input): never recomputed, because recomputing would draw new
+  numbers (FACTS.md: ``inductor_random`` run as FX code ignores its seed);
+- the *boundaries*: positions in the forward order where exactly one activation tensor
+  carries everything later forward nodes need (the residual stream between blocks). A
+  segment between two boundaries can be recomputed in backward from its boundary tensor.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ..analysis.lifetimes import tensor_bytes, tensor_values
+
+
+def _is_tangent(node: Node) -> bool:
+    return node.op == "placeholder" and node.name.startswith("tangents")
+
+
+def _is_seeded(node: Node) -> bool:
+    """Draws random numbers. Attention ops carry the tag for their optional dropout: they
+    are random only with ``dropout_p`` > 0."""
+    target = node.target
+    if not (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags):
+        return False
+    for i, arg in enumerate(target._schema.arguments):
+        if arg.name == "dropout_p":
+            value = node.kwargs.get("dropout_p", node.args[i] if i < len(node.args) else arg.default_value)
+            return not (isinstance(value, (int, float)) and value == 0)
+    return True
+
+
+def node_bytes(node: Node) -> int:
+    return sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))
+
+
+@dataclass
+class JointGraph:
+    gm: GraphModule
+    num_fwd_outputs: int
+    primals: list[Node]
+    tangents: list[Node]
+    params: set[Node]  # primals that live for the whole step (parameters, buffers)
+    forward: list[Node]  # forward call_function nodes, in graph order
+    backward: set[Node]  # nodes the backward computes (depend on tangents, or tagged backward)
+    static: set[Node]  # forward nodes that depend on no data input
+    random: set[Node]  # random forward nodes and static nodes derived from them
+    position: dict[Node, int] = field(default_factory=dict)  # forward node -> index in ``forward``
+    boundaries: list[tuple[int, Node]] = field(default_factory=list)  # (position, carried tensor)
+    primal_storages: frozenset = frozenset()  # storage keys of the primals (views of them are free)
+    backward_reads: list[Node] = field(default_factory=list)  # non-backward nodes the backward reads
+
+    @classmethod
+    def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int]) -> "JointGraph":
+        nodes = list(gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        primals = [n for n in placeholders if not _is_tangent(n)]
+        tangents = [n for n in placeholders if _is_tangent(n)]
+        params = {primals[i] for i in static_input_indices if i < len(primals)}
+
+        backward: set[Node] = set(tangents)
+        for n in nodes:
+            if n.op != "call_function":
+                continue
+            if n.meta.get("partitioner_tag") == "is_backward" or any(a in backward for a in n.all_input_nodes):
+                backward.add(n)
+        backward -= set(tangents)
+
+        # forward: ancestors of the forward outputs, plus forward-only nodes that the
+        # backward reads (computed from primals alone)
+        output = gm.graph.output_node()
+        outs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        forward_set: set[Node] = set()
+        stack = [o for o in outs[:num_fwd_outputs] if isinstance(o, Node)]
+        stack += [a for b in backward for a in b.all_input_nodes if a not in backward]
+        while stack:
+            n = stack.pop()
+            if n in forward_set or n.op != "call_function" or n in backward:
+                continue
+            forward_set.add(n)
+            stack.extend(n.all_input_nodes)
+        forward = [n for n in nodes if n in forward_set]
+
+        data_inputs = set(primals) - params
+        static: set[Node] = set()
+        random: set[Node] = set()
+        for n in forward:
+            ins = n.all_input_nodes
+            if all((a in params) or (a in static) for a in ins if a.op != "get_attr"):
+                static.add(n)
+            derived = any(a in random for a in ins) and (n in static or n.target is operator.getitem)
+            if _is_seeded(n) or derived:  # an element of a random op (native_dropout's mask) too
+                random.add(n)
+        del data_inputs
+        joint = cls(gm, num_fwd_outputs, primals, tangents, params, forward, backward, static, random)
+        joint.position = {n: i for i, n in enumerate(forward)}
+        from .segments import storage_key
+
+        joint.primal_storages = frozenset(storage_key(p) for p in primals)
+        joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
+                                                  if a not in backward))
+        joint.boundaries = joint._find_boundaries()
+        return joint
+
+    def is_activation(self, node: Node) -> bool:
+        """A forward tensor that depends on the data inputs (not static, not a primal)."""
+        return node in self.position and node not in self.static and node_bytes(node) > 0
+
+    def _find_boundaries(self) -> list[tuple[int, Node]]:
+        """Positions i where exactly one activation made before i is read at or after i by
+        the forward. Views of that tensor count as the tensor itself."""
+        base = {}
+        for n in self.forward:
+            base[n] = n
+        # a view-like single-input node with the same storage follows its input
+        for n in self.forward:
+            val, ins = n.meta.get("val"), [a for a in n.all_input_nodes if a in base]
+            if isinstance(val, torch.Tensor) and len(ins) == 1:
+                src = ins[0].meta.get("val")
+                if isinstance(src, torch.Tensor) and _same_storage(val, src):
+                    base[n] = base[ins[0]]
+        last_fw_use: dict[Node, int] = {}
+        for i, n in enumerate(self.forward):
+            for a in n.all_input_nodes:
+                if a in base and self.is_activation(a):
+                    key = base[a]
+                    last_fw_use[key] = max(last_fw_use.get(key, -1), i)
+        # sweep: open[i] = activations (by base) produced before i and read at >= i
+        boundaries = []
+        open_set: set[Node] = set()
+        ends: dict[int, list[Node]] = {}
+        for key, last in last_fw_use.items():
+            ends.setdefault(last, []).append(key)
+        for i, n in enumerate(self.forward):
+            if len(open_set) == 1 and i > 0:
+                (carried,) = open_set
+                # a multi-output node is carried by its elements: not a tensor to save
+                if isinstance(carried.meta.get("val"), torch.Tensor) and (
+                        not boundaries or boundaries[-1][1] is not carried):
+                    boundaries.append((i, carried))
+            key = base[n]
+            if key is n and n in last_fw_use:
+                open_set.add(n)
+            for done in ends.get(i, ()):
+                open_set.discard(done)
+        return boundaries
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    except Exception:
+        return False

@@ -1,0 +1,223 @@
+"""plan_checkpoint: which activations to save under a memory budget, and the partition.
+
+1. ``JointGraph``: forward/backward split, boundaries, random nodes.
+2. The stock partition (Inductor's min-cut) gives the ``keep`` option of every segment.
+3. ``build_segments``: per segment, the keep / cheap / full options (saved bytes,
+   recomputation time from ``CostModel``).
+4. ``measure_terms``: the peak model's terms from three simulated uniform plans.
+5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans. It does
+   not depend on the budget.
+6. Selection: the first frontier point, in order of increasing time, whose predicted peak
+   ``max(model peak, simulated peak of that exact partition)`` is within the budget.
+
+Monotone by construction: for a smaller budget the chosen point comes no earlier on the
+frontier, and its predicted peak is at most that budget; if the larger budget's choice
+also fits the smaller budget both choose it. So a smaller budget never gives a larger
+predicted peak. A budget no point meets raises ``BudgetError`` with the smallest
+feasible budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from torch.fx import GraphModule, Node
+
+from .. import compat
+from ..analysis.cost_model import CostModel
+from ..errors import BudgetError
+from ..units import format_bytes
+from .joint import JointGraph
+from .model import Simulation, backward_saved_names, external_bytes, measure_terms, simulate
+from .segments import Segment, build_segments, build_spans, is_expensive, storage_key, storage_nbytes
+from .solver import Point, pareto_dp
+
+MAX_SIMULATIONS = 64  # frontier points checked by simulation before giving up on a budget
+
+
+@dataclass
+class SavedTensor:
+    name: str
+    nbytes: int
+    why: str
+
+
+@dataclass
+class Region:
+    segment: str  # "3", or "3-6" for a span
+    policy: str
+    nodes: list[str]
+    flops: int
+    seconds: float
+
+
+@dataclass
+class CheckpointPlan:
+    budget: int
+    predicted_peak: int  # max(model, simulated) of the chosen partition
+    model_peak: int
+    simulated_peak: int
+    stock_peak: int  # simulated peak of the stock partition (nothing extra recomputed)
+    recompute_seconds: float
+    saved: list[SavedTensor]
+    regions: list[Region]  # recomputed regions (segments not kept as stock)
+    frontier: list[tuple[int, float]]  # (model peak, seconds) of the whole frontier
+    segments: int
+    solver_seconds: float
+    analysis_seconds: float
+    simulations: int
+    forward: GraphModule | None = field(default=None, repr=False)
+    backward: GraphModule | None = field(default=None, repr=False)
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(s.nbytes for s in self.saved)
+
+    def stats(self) -> dict:
+        return {
+            "budget": self.budget, "predicted_peak": self.predicted_peak, "stock_peak": self.stock_peak,
+            "model_peak": self.model_peak, "simulated_peak": self.simulated_peak,
+            "saved_bytes": self.saved_bytes, "recompute_ms": round(self.recompute_seconds * 1e3, 3),
+            "segments": self.segments, "recomputed_segments": len(self.regions),
+            "frontier_points": len(self.frontier), "solver_ms": round(self.solver_seconds * 1e3, 1),
+            "simulations": self.simulations,
+        }
+
+    def text(self) -> str:
+        lines = [
+            "# checkpoint plan", "",
+            f"budget {format_bytes(self.budget)} ({self.budget} B); predicted peak before "
+            f"{format_bytes(self.stock_peak)}, after {format_bytes(self.predicted_peak)} "
+            f"(model {self.model_peak} B, simulated {self.simulated_peak} B)",
+            f"recomputation {self.recompute_seconds * 1e3:.3f} ms (CostModel); {self.segments} segments, "
+            f"{len(self.regions)} recomputed; solver {self.solver_seconds * 1e3:.1f} ms, "
+            f"{self.simulations} simulations",
+            "", "## saved tensors", "", "| name | bytes | why |", "|---|---|---|",
+        ]
+        lines += [f"| {s.name} | {s.nbytes} | {s.why} |" for s in self.saved]
+        lines += ["", "## recomputed regions", "", "| segment | policy | nodes | FLOPs | ms |", "|---|---|---|---|---|"]
+        for r in self.regions:
+            names = ", ".join(r.nodes[:12]) + (f", ... ({len(r.nodes)} nodes)" if len(r.nodes) > 12 else "")
+            lines.append(f"| {r.segment} | {r.policy} | {names} | {r.flops} | {r.seconds * 1e3:.4f} |")
+        lines += ["", "## frontier (model peak B, recomputation ms)", ""]
+        lines += [f"- {peak} B, {sec * 1e3:.4f} ms" for peak, sec in self.frontier]
+        return "\n".join(lines) + "\n"
+
+
+def stock_saved(gm: GraphModule, joint_inputs, kwargs: dict) -> set[str]:
+    """Names of what Inductor's own partitioner saves (run on a copy: it edits its input)."""
+    _, bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **kwargs)
+    return set(backward_saved_names(bw))
+
+
+def plan_checkpoint(
+    gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
+    extra_external: int = 0, resolution: int | None = None,
+) -> CheckpointPlan:
+    start = time.perf_counter()
+    static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
+    joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
+    names = stock_saved(gm, joint_inputs, partition_kwargs)
+    stock = {n for n in joint.forward if n.name in names}
+    costs = CostModel(gm)
+    prefix, segments = build_segments(joint, stock, costs)
+    spans = build_spans(joint, segments, costs)
+    options_at = [seg.options + [s.option for s in spans.get(k, ())] for k, seg in enumerate(segments)]
+    external = external_bytes(joint) + extra_external
+    terms, const, sims, first_in = measure_terms(joint, prefix, segments, static, external, spans)
+    t0 = time.perf_counter()
+    total = sum(max(t.saved + t.carried_in for t in row) for row in terms) or 1
+    points = pareto_dp(terms, const, resolution or max(1, total // 4096), first_in)
+    solver_seconds = time.perf_counter() - t0
+
+    def saved_of(point: Point) -> list[Node]:
+        saved = list(prefix.options[0].saved) if prefix.options else []
+        for _, option in walk(options_at, point):
+            saved += option.saved
+        return saved
+
+    chosen, sim, checked = None, None, 0
+    for point in points:
+        if point.peak > budget:
+            continue
+        if checked >= MAX_SIMULATIONS:
+            break
+        candidate = simulate(joint, saved_of(point), static, external)
+        checked += 1
+        if max(point.peak, candidate.peak) <= budget:
+            chosen, sim = point, candidate
+            break
+    if chosen is None:
+        smallest = _smallest_feasible(points, joint, saved_of, static, external)
+        raise BudgetError(
+            f"dsgraph memory budget {format_bytes(budget)} ({budget} bytes) is below what this graph needs "
+            f"with everything recomputable recomputed; the smallest feasible budget is {smallest} bytes "
+            f"({format_bytes(smallest)})",
+            smallest,
+        )
+    return _describe(chosen, sim, budget, joint, segments, options_at, sims["keep"], points, solver_seconds,
+                     time.perf_counter() - start, checked)
+
+
+def walk(options_at: list[list], point: Point):
+    """(first segment index, option) along the plan a frontier point stands for."""
+    pos = 0
+    for i in point.choice:
+        option = options_at[pos][i]
+        yield pos, option
+        pos += option.length
+
+
+def _smallest_feasible(points: list[Point], joint, saved_of, static, external) -> int:
+    best = None
+    for point in sorted(points, key=lambda p: p.peak)[:8]:
+        s = simulate(joint, saved_of(point), static, external)
+        f = max(point.peak, s.peak)
+        best = f if best is None else min(best, f)
+    return int(best)
+
+
+def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, segments: list[Segment],
+              options_at: list[list], stock: Simulation, points: list[Point], solver_seconds: float, seconds: float,
+              simulations: int) -> CheckpointPlan:
+    steps = list(walk(options_at, point))
+    carried = {segments[pos].carried for pos, option in steps if option.policy != "keep"}
+    by_name = {n.name: n for n in joint.gm.graph.nodes}
+    saved = []
+    first_of: dict = {}
+    for name in sim.saved:
+        node = by_name.get(name)
+        if node is None:
+            continue
+        if node in joint.random:
+            why = "random: never recomputed"
+        elif node in carried:
+            why = "segment input"
+        elif is_expensive(node):
+            why = "output of an expensive op (FLOPs)"
+        else:
+            why = "saved by the stock partition"
+        key = storage_key(node)
+        if key in joint.primal_storages:
+            continue  # a view of a parameter or input: no memory of its own
+        if key in first_of:
+            saved.append(SavedTensor(name, 0, f"view of {first_of[key]}"))
+            continue
+        first_of[key] = name
+        saved.append(SavedTensor(name, storage_nbytes(node), why))
+    regions = []
+    seconds_total = 0.0
+    for pos, opt in steps:
+        seconds_total += opt.seconds
+        if opt.policy != "keep" and opt.recomputed:
+            label = f"{pos}" if opt.length == 1 else f"{pos}-{pos + opt.length - 1}"
+            regions.append(Region(label, opt.policy, [n.name for n in opt.recomputed], opt.flops, opt.seconds))
+    return CheckpointPlan(
+        budget=budget, predicted_peak=max(point.peak, sim.peak), model_peak=point.peak,
+        simulated_peak=sim.peak, stock_peak=stock.peak, recompute_seconds=seconds_total,
+        saved=saved, regions=regions, frontier=[(p.peak, p.seconds) for p in points],
+        segments=len(segments), solver_seconds=solver_seconds, analysis_seconds=seconds,
+        simulations=simulations, forward=sim.forward, backward=sim.backward,
+    )

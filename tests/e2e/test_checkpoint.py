@@ -1,0 +1,130 @@
+"""The checkpoint pass through torch.compile: budgets are met by the prediction and
+monotone, an infeasible budget is an error giving the smallest feasible one, gradients are
+bitwise those of the pipeline without checkpointing (dropout included), and the plan shows
+in reports and dumps. Graphs run as FX code (inductor=False) except the Inductor test."""
+
+import os
+
+import pytest
+import torch
+from torch._dynamo.exc import BackendCompilerFailed
+
+import dsgraph
+from dsgraph.errors import BudgetError
+from dsgraph.models import GPT, GPTConfig, gpt_inputs
+from dsgraph.testing import check_training_step, fp32_exact
+
+FX = {"inductor": False, "fallback": "error"}
+
+
+def tiny_gpt(dropout=0.5):
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab=101, seq=32, layers=3, heads=2, dim=32, dropout=dropout)
+    return GPT(cfg), gpt_inputs(cfg, batch=4)
+
+
+def compile_step(model, inputs, options):
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="dsgraph", options=options)
+    compiled(*inputs).backward()
+    return [r for r in dsgraph.reports() if r.kind == "joint"][-1]
+
+
+def budget_error(model, inputs, budget) -> BudgetError:
+    with pytest.raises(BackendCompilerFailed) as info:
+        compile_step(model, inputs, {**FX, "memory_budget": budget})
+    e = info.value
+    while e is not None and not isinstance(e, BudgetError):
+        e = e.__cause__ or e.__context__
+    assert isinstance(e, BudgetError) and isinstance(e, ValueError)
+    return e
+
+
+@pytest.fixture(scope="module")
+def extremes():
+    """(stock predicted peak, smallest feasible budget) of the tiny GPT."""
+    model, inputs = tiny_gpt()
+    report = compile_step(model, inputs, {**FX, "memory_budget": "1TiB"})
+    smallest = budget_error(model, inputs, 1).smallest_feasible
+    return report.memory["checkpoint_stock_peak"], smallest
+
+
+def test_large_budget_keeps_the_stock_partition(extremes):
+    model, inputs = tiny_gpt()
+    memory = compile_step(model, inputs, {**FX, "memory_budget": "1TiB"}).memory
+    assert memory["checkpoint_recomputed_segments"] == 0
+    assert memory["checkpoint_predicted_peak"] == memory["checkpoint_stock_peak"]
+
+
+def test_budgets_are_met_and_monotone(extremes):
+    stock, smallest = extremes
+    assert smallest < stock * 0.8  # recomputation saves a real share of this model's peak
+    budgets = [stock - (stock - smallest) * i // 4 for i in range(5)]  # stock ... smallest
+    peaks = []
+    for budget in budgets:
+        model, inputs = tiny_gpt()
+        memory = compile_step(model, inputs, {**FX, "memory_budget": budget}).memory
+        assert memory["checkpoint_predicted_peak"] <= budget
+        peaks.append(memory["checkpoint_predicted_peak"])
+    assert peaks == sorted(peaks, reverse=True), peaks
+    assert peaks[-1] < peaks[0]
+
+
+def test_infeasible_budget_names_the_smallest_feasible_one(extremes):
+    _, smallest = extremes
+    model, inputs = tiny_gpt()
+    e = budget_error(model, inputs, smallest - 1)
+    assert "budget" in str(e) and str(smallest) in str(e)
+    assert e.smallest_feasible == smallest
+    memory = compile_step(model, inputs, {**FX, "memory_budget": smallest}).memory  # and it is feasible
+    assert memory["checkpoint_predicted_peak"] <= smallest
+
+
+def test_infeasible_budget_is_an_error_even_with_fallback(extremes):
+    _, smallest = extremes
+    model, inputs = tiny_gpt()
+    with pytest.raises(BackendCompilerFailed, match="smallest feasible budget"):
+        compile_step(model, inputs, {"inductor": False, "fallback": "inductor", "memory_budget": smallest // 2})
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_gradients_bitwise_equal_to_no_checkpointing_under_the_tightest_budget(dropout):
+    model, inputs = tiny_gpt(dropout)
+    model.train()
+    with fp32_exact():  # the settings check_training_step compiles under (dropout lowers differently)
+        smallest = budget_error(model, inputs, 1).smallest_feasible
+    result = check_training_step(model, inputs, {**FX, "memory_budget": smallest * 11 // 10},
+                                 reference={"inductor": False}, bitwise=True)
+    assert len(result.rows) > 10
+    plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+    assert plan["checkpoint_recomputed_segments"] > 0  # it really recomputed something
+
+
+def test_pipeline_argument_is_the_same_as_the_option(extremes):
+    stock, smallest = extremes
+    budget = (stock + smallest) // 2
+    model, inputs = tiny_gpt()
+    a = compile_step(model, inputs, {**FX, "memory_budget": budget}).memory
+    b = compile_step(model, inputs, {**FX, "pipeline": f"checkpoint{{budget={budget}}}"}).memory
+    keys = ("checkpoint_predicted_peak", "checkpoint_saved_bytes", "checkpoint_recompute_ms")
+    assert [a[k] for k in keys] == [b[k] for k in keys]
+
+
+def test_dump_shows_saved_tensors_and_recomputed_regions(extremes, tmp_path):
+    _, smallest = extremes
+    model, inputs = tiny_gpt()
+    compile_step(model, inputs, {**FX, "memory_budget": smallest, "dump_dir": str(tmp_path)})
+    (joint,) = [d for d in os.listdir(tmp_path) if d.endswith("_joint")]
+    text = (tmp_path / joint / "checkpoint.md").read_text()
+    assert "## saved tensors" in text and "segment input" in text and "random: never recomputed" in text
+    assert "## recomputed regions" in text and "| full |" in text
+    assert "predicted peak before" in text
+
+
+@pytest.mark.e2e
+def test_inductor_under_a_budget_matches_eager(extremes):
+    _, smallest = extremes
+    model, inputs = tiny_gpt(dropout=0.0)
+    check_training_step(model, inputs, {"fallback": "error", "memory_budget": smallest * 11 // 10})
+    plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+    assert plan["checkpoint_recomputed_segments"] > 0
