@@ -11,7 +11,6 @@ ops are never recomputed (their outputs are saved).
 
 from __future__ import annotations
 
-from dsgraph import compat
 from dsgraph.context import PassContext, PassResult
 from dsgraph.recompute.planner import CheckpointPlan, plan_checkpoint
 from dsgraph.registry import PassSpec

@@ -1,7 +1,8 @@
 """The peak model's terms, measured by simulating the step for each uniform plan.
 
 For each policy (every segment ``keep``, every segment ``cheap``, every segment ``full``)
-the joint graph is partitioned and the whole step simulated with ``fused_plan`` (Inductor's
+and for each span length and offset (spans of that length side by side), the joint graph
+is partitioned and the whole step simulated with ``fused_plan`` (Inductor's
 fusion rule of thumb) and ``stitch``. Each step of the simulation belongs to one segment's
 forward or backward window; what is live in a window besides the saved activations of the
 segments still alive is that option's ``F`` or ``R`` term (``solver.Terms``). For a uniform
@@ -86,88 +87,101 @@ def _backward_segments(joint: JointGraph, seg_of_pos) -> dict[str, int | None]:
     return {n.name: s for n, s in out.items()}
 
 
+def _plans(segments: list[Segment], spans: dict) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The simulated plans: one per policy (every segment at that option, or ``keep`` when
+    it has none) and, for each span length L and offset o, spans of length L from segment o
+    on (``keep`` elsewhere). Each plan is a path of (segment, option index)."""
+    plans = []
+    for policy in POLICIES:
+        plans.append((policy, [(k, seg.options.index(seg.option(policy) or seg.options[0]))
+                               for k, seg in enumerate(segments)]))
+    lengths = sorted({sp.stop - sp.start for row in spans.values() for sp in row})
+    for length in lengths:
+        for offset in range(length):
+            path, k = [], 0
+            while k < len(segments):
+                index = _span_index(segments, spans, k, length) if k >= offset else None
+                if index is not None:
+                    path.append((k, index))
+                    k += length
+                else:
+                    path.append((k, segments[k].options.index(segments[k].option("keep") or segments[k].options[0])))
+                    k += 1
+            plans.append((f"span{length}+{offset}", path))
+    return plans
+
+
+def _span_index(segments, spans, k, length):
+    for j, sp in enumerate(spans.get(k, ())):
+        if sp.stop - sp.start == length:
+            return len(segments[k].options) + j
+    return None
+
+
 def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], static_input_indices,
                   external: int, spans: dict | None = None) -> tuple[list[list[Terms]], int, dict[str, Simulation], bool]:
     """Terms of every option at every segment position: the segment's own options, then
-    the spans starting there (``spans``), in that order."""
+    the spans starting there (``spans``), in that order. Each option's terms come from the
+    simulated plan it belongs to natively (``_plans``): its policy's plan, or for a span
+    the plan of spans of its length at its offset."""
+    spans = spans or {}
     seg_of_pos = _segment_of_position(segments)
     by_name = {n.name: n for n in joint.gm.graph.nodes}
     bw_seg = _backward_segments(joint, seg_of_pos)
     m = len(segments)
-    found: list[dict[int, list[int]]] = [dict() for _ in segments]  # option -> [F, R]
+    options_at = [seg.options + [sp.option for sp in spans.get(k, ())] for k, seg in enumerate(segments)]
+    rows = [[Terms(o.own_bytes, 0, 0, o.seconds, seg.carried_bytes, o.saves_in, o.saves_out, o.length)
+             for o in options_at[k]] for k, seg in enumerate(segments)]
+    found: dict[tuple[int, int], tuple[int, int]] = {}
     const = external
     sims: dict[str, Simulation] = {}
     first_in = bool(prefix.options) and prefix.options[0].saves_out
-    rows = [[Terms(o.own_bytes, 0, 0, o.seconds, seg.carried_bytes, o.saves_in, o.saves_out) for o in seg.options]
-            for seg in segments]
-    for policy in POLICIES:
-        chosen = [seg.options.index(seg.option(policy) or seg.options[0]) for seg in segments]
+    for name, path in _plans(segments, spans):
         saved = list(prefix.options[0].saved) if prefix.options else []
-        for seg, i in zip(segments, chosen):
-            saved += seg.options[i].saved
+        for k, i in path:
+            saved += options_at[k][i].saved
         sim = simulate(joint, saved, static_input_indices, external)
-        sims[policy] = sim
-        per_seg = charges(rows, tuple(chosen), first_in)
-        before = [0]
-        for b in per_seg:
-            before.append(before[-1] + b)  # before[k]: saved by segments < k
-        fw_peak = [None] * m
-        bw_peak = [None] * m
-        current = m  # the backward starts with the last segment
-        for entry in sim.timeline.entries:
-            if entry.graph == "forward":
-                node = by_name.get(entry.node)
-                k = seg_of_pos(joint.position[node]) if node in joint.position else -1
-                if k < 0:
-                    const = max(const, entry.live_bytes)
-                else:
-                    fw_peak[k] = max(fw_peak[k] or 0, entry.live_bytes)
-            elif entry.graph == "backward":
-                node = by_name.get(entry.node)
-                k = seg_of_pos(joint.position[node]) if node in joint.position else bw_seg.get(entry.node)
-                if k is not None:
-                    current = min(current, k)
-                if current < 0:
-                    const = max(const, entry.live_bytes)
-                else:
-                    c = min(current, m - 1)
-                    bw_peak[c] = max(bw_peak[c] or 0, entry.live_bytes)
-            else:
-                const = max(const, entry.live_bytes)
-        for k, i in enumerate(chosen):
-            if segments[k].options[i].policy != policy:
-                continue  # an option's terms come from the simulation of its own policy
-            f = (fw_peak[k] - before[k]) if fw_peak[k] is not None else 0
-            r = (bw_peak[k] - before[k + 1]) if bw_peak[k] is not None else 0
-            old = found[k].get(i)
-            found[k][i] = [f, r] if old is None else [max(old[0], f), max(old[1], r)]
-    terms = []
-    for k, row in enumerate(rows):
-        terms.append([dataclasses.replace(t, forward=found[k].get(i, (0, 0))[0], backward=found[k].get(i, (0, 0))[1])
-                      for i, t in enumerate(row)])
-    for a, row in enumerate(terms):
-        row.extend(span_terms(span, segments, terms) for span in (spans or {}).get(a, ()))
+        sims[name] = sim
+        fw_peak, bw_peak, const = _window_peaks(sim, joint, by_name, seg_of_pos, bw_seg, m, const)
+        before = 0
+        for (k, i), charge in zip(path, charges(rows, tuple(i for _, i in path), first_in)):
+            option = options_at[k][i]
+            covered = range(k, k + option.length)
+            native = option.policy == name or (option.length > 1 and name.startswith("span"))
+            if native:
+                fws = [fw_peak[j] for j in covered if fw_peak[j] is not None]
+                bws = [bw_peak[j] for j in covered if bw_peak[j] is not None]
+                found[(k, i)] = (max(fws) - before if fws else 0, max(bws) - before - charge if bws else 0)
+            before += charge
+    terms = [[dataclasses.replace(t, forward=found.get((k, i), (0, 0))[0], backward=found.get((k, i), (0, 0))[1])
+              for i, t in enumerate(row)] for k, row in enumerate(rows)]
     return terms, const, sims, first_in
 
 
-def span_terms(span, segments: list[Segment], terms: list[list[Terms]]) -> Terms:
-    """A span's terms composed from its segments' measured ones. Forward: its first
-    boundary tensor plus the largest ``full`` forward term of its segments. Backward: while
-    segment k of the span runs backward, the span's recomputed activations of segments
-    a..k are live again, as if kept: the largest over k of their ``keep`` charges plus
-    segment k's ``keep`` backward term."""
-    a, b, opt = span.start, span.stop, span.option
-    carried = segments[a].carried_bytes
-    forward = carried + max(_term(segments[k], terms[k], "full").forward for k in range(a, b))
-    backward, live, prev_out = 0, 0, False
-    for k in range(a, b):
-        keep = _term(segments[k], terms[k], "keep")
-        live += keep.saved if k == a else keep.charge(prev_out)
-        prev_out = keep.saves_out
-        backward = max(backward, live + keep.backward)
-    return Terms(opt.own_bytes, forward, backward, opt.seconds, carried, True, opt.saves_out, b - a)
-
-
-def _term(segment: Segment, row: list[Terms], policy: str) -> Terms:
-    option = segment.option(policy) or segment.options[0]
-    return row[segment.options.index(option)]
+def _window_peaks(sim: Simulation, joint: JointGraph, by_name, seg_of_pos, bw_seg, m: int, const: int):
+    """Largest live bytes in each segment's forward and backward window; what falls in
+    no segment's window (the prefix, the start and end of the step) raises ``const``."""
+    fw_peak: list[int | None] = [None] * m
+    bw_peak: list[int | None] = [None] * m
+    current = m  # the backward starts with the last segment
+    for entry in sim.timeline.entries:
+        if entry.graph == "forward":
+            node = by_name.get(entry.node)
+            k = seg_of_pos(joint.position[node]) if node in joint.position else -1
+            if k < 0:
+                const = max(const, entry.live_bytes)
+            else:
+                fw_peak[k] = max(fw_peak[k] or 0, entry.live_bytes)
+        elif entry.graph == "backward":
+            node = by_name.get(entry.node)
+            k = seg_of_pos(joint.position[node]) if node in joint.position else bw_seg.get(entry.node)
+            if k is not None:
+                current = min(current, k)
+            if current < 0:
+                const = max(const, entry.live_bytes)
+            else:
+                c = min(current, m - 1)
+                bw_peak[c] = max(bw_peak[c] or 0, entry.live_bytes)
+        else:
+            const = max(const, entry.live_bytes)
+    return fw_peak, bw_peak, const

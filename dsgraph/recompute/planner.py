@@ -7,10 +7,12 @@
 4. ``measure_terms``: the peak model's terms from three simulated uniform plans.
 5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans. It does
    not depend on the budget.
-6. Selection: the first frontier point, in order of increasing time, whose predicted peak
+6. Selection: the stock partition when its predicted peak is within the budget; otherwise
+   the first frontier point, in order of increasing time, whose predicted peak
    ``max(model peak, simulated peak of that exact partition)`` is within the budget.
 
-Monotone by construction: for a smaller budget the chosen point comes no earlier on the
+Monotone by construction: a budget below the stock peak gets a predicted peak below it;
+among those, for a smaller budget the chosen point comes no earlier on the
 frontier, and its predicted peak is at most that budget; if the larger budget's choice
 also fits the smaller budget both choose it. So a smaller budget never gives a larger
 predicted peak. A budget no point meets raises ``BudgetError`` with the smallest
@@ -32,7 +34,7 @@ from ..units import format_bytes
 from .joint import JointGraph
 from .model import Simulation, backward_saved_names, external_bytes, measure_terms, simulate
 from .segments import Segment, build_segments, build_spans, is_expensive, storage_key, storage_nbytes
-from .solver import Point, pareto_dp
+from .solver import Point, evaluate, pareto_dp
 
 MAX_SIMULATIONS = 64  # frontier points checked by simulation before giving up on a budget
 
@@ -139,7 +141,13 @@ def plan_checkpoint(
         return saved
 
     chosen, sim, checked = None, None, 0
-    for point in points:
+    stock_choice = tuple(seg.options.index(seg.option("keep") or seg.options[0]) for seg in segments)
+    stock_point = evaluate(terms, const, stock_choice, first_in)
+    if max(stock_point.peak, sims["keep"].peak) <= budget:
+        # the stock partition fits: change nothing (every cheaper-in-time plan the frontier
+        # might hold differs from it by the model's noise, not by a real need)
+        chosen, sim = stock_point, sims["keep"]
+    for point in points if chosen is None else ():
         if point.peak > budget:
             continue
         if checked >= MAX_SIMULATIONS:

@@ -35,7 +35,7 @@ from .joint import JointGraph
 from .partition import closure
 
 POLICIES = ("keep", "cheap", "full")
-MAX_SPAN = 8  # longest run of segments recomputed from one boundary tensor
+MAX_SPAN = 4  # longest run of segments recomputed from one boundary tensor
 
 
 @dataclass

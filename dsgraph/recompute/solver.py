@@ -20,7 +20,6 @@ exact). ``exhaustive`` enumerates every plan and is what the tests hold the DP a
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 
