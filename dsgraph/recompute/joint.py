@@ -5,7 +5,7 @@ AOTAutograd's joint graph takes ``primals_*`` (parameters, buffers, inputs) and
 matters is:
 
 - which nodes are forward (computable from the primals alone) and which are backward
-  (depend on a tangent, or are tagged backward by AOTAutograd);
+  (depend on a tangent, or are tagged ``must_be_in_backward``);
 - which primals are parameters or buffers (``static_lifetime_input_indices``: they exist
   for the whole step anyway) and which are data inputs;
 - which forward nodes are *static* (depend on no data input: weight casts and transposes,
@@ -32,6 +32,14 @@ from ..analysis.lifetimes import tensor_bytes, tensor_values
 
 def _is_tangent(node: Node) -> bool:
     return node.op == "placeholder" and node.name.startswith("tangents")
+
+
+_INDUCTOR_RANDOM = ("inductor_random", "inductor_randint")
+
+
+def _packet(node: Node) -> str:
+    target = node.target
+    return target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else ""
 
 
 def _is_seeded(node: Node) -> bool:
@@ -62,6 +70,9 @@ class JointGraph:
     backward: set[Node]  # nodes the backward computes (depend on tangents, or tagged backward)
     static: set[Node]  # forward nodes that depend on no data input
     random: set[Node]  # random forward nodes and static nodes derived from them
+    # random nodes whose recomputation draws new numbers (a seeded op, Inductor's
+    # inductor_random run as FX code): always saved when the backward needs them
+    unreproducible: set[Node] = field(default_factory=set)
     position: dict[Node, int] = field(default_factory=dict)  # forward node -> index in ``forward``
     boundaries: list[tuple[int, Node]] = field(default_factory=list)  # (position, carried tensor)
     primal_storages: frozenset = frozenset()  # storage keys of the primals (views of them are free)
@@ -79,24 +90,28 @@ class JointGraph:
         for n in nodes:
             if n.op != "call_function":
                 continue
-            if n.meta.get("partitioner_tag") == "is_backward" or any(a in backward for a in n.all_input_nodes):
+            # as torch's classify_nodes: AOTAutograd's "is_backward" tag alone does not pin
+            # a node to the backward (a detach or a weight transpose the backward formula
+            # made may be computed in the forward and saved); "must_be_in_backward" does
+            if n.meta.get("partitioner_tag") == "must_be_in_backward" or any(a in backward for a in n.all_input_nodes):
                 backward.add(n)
         backward -= set(tangents)
 
-        # forward: ancestors of the forward outputs, plus forward-only nodes that the
-        # backward reads (computed from primals alone)
+        # forward: ancestors of the forward outputs (the "core"), plus nodes the backward
+        # reads that need no tangent (a detach or a weight transpose a backward formula
+        # made, masks): AOTAutograd places those among the backward nodes, so each is put
+        # right after its latest forward input instead, where it could run
         output = gm.graph.output_node()
         outs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-        forward_set: set[Node] = set()
-        stack = [o for o in outs[:num_fwd_outputs] if isinstance(o, Node)]
-        stack += [a for b in backward for a in b.all_input_nodes if a not in backward]
-        while stack:
-            n = stack.pop()
-            if n in forward_set or n.op != "call_function" or n in backward:
-                continue
-            forward_set.add(n)
-            stack.extend(n.all_input_nodes)
-        forward = [n for n in nodes if n in forward_set]
+        core = _ancestors([o for o in outs[:num_fwd_outputs] if isinstance(o, Node)], backward)
+        forward_set = core | _ancestors([a for b in nodes if b in backward for a in b.all_input_nodes], backward)
+        index = {n: i for i, n in enumerate(nodes)}
+        anchor: dict[Node, int] = {}
+        for n in nodes:
+            if n in forward_set:
+                ins = [anchor[a] for a in n.all_input_nodes if a in anchor]
+                anchor[n] = index[n] if n in core else max(ins, default=-1)
+        forward = sorted(forward_set, key=lambda n: (anchor[n], n not in core, index[n]))
 
         data_inputs = set(primals) - params
         static: set[Node] = set()
@@ -111,6 +126,7 @@ class JointGraph:
         del data_inputs
         joint = cls(gm, num_fwd_outputs, primals, tangents, params, forward, backward, static, random)
         joint.position = {n: i for i, n in enumerate(forward)}
+        joint.unreproducible = {n for n in random if _is_seeded(n) or _packet(n) in _INDUCTOR_RANDOM}
         from .segments import storage_key
 
         joint.primal_storages = frozenset(storage_key(p) for p in primals)
@@ -161,6 +177,19 @@ class JointGraph:
             for done in ends.get(i, ()):
                 open_set.discard(done)
         return boundaries
+
+
+def _ancestors(roots, backward: set[Node]) -> set[Node]:
+    """call_function ancestors of ``roots`` (roots included) outside the backward."""
+    out: set[Node] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n in out or n.op != "call_function" or n in backward:
+            continue
+        out.add(n)
+        stack.extend(n.all_input_nodes)
+    return out
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:

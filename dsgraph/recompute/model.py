@@ -78,7 +78,8 @@ def _backward_segments(joint: JointGraph, seg_of_pos) -> dict[str, int | None]:
     for n in joint.gm.graph.nodes:
         if n not in joint.backward:
             continue
-        fw = [seg_of_pos(joint.position[a]) for a in n.all_input_nodes if a in joint.position]
+        # static inputs (weight transposes, masks) sit before every segment: they say nothing
+        fw = [seg_of_pos(joint.position[a]) for a in n.all_input_nodes if a in joint.position and a not in joint.static]
         if fw:
             out[n] = max(fw)
             continue
@@ -164,17 +165,22 @@ def _window_peaks(sim: Simulation, joint: JointGraph, by_name, seg_of_pos, bw_se
     fw_peak: list[int | None] = [None] * m
     bw_peak: list[int | None] = [None] * m
     current = m  # the backward starts with the last segment
+    forward_at = -1  # the forward runs through the segments in order: the latest one reached
     for entry in sim.timeline.entries:
         if entry.graph == "forward":
             node = by_name.get(entry.node)
-            k = seg_of_pos(joint.position[node]) if node in joint.position else -1
-            if k < 0:
+            if node in joint.position and node not in joint.static:
+                forward_at = max(forward_at, seg_of_pos(joint.position[node]))
+            if forward_at < 0:
                 const = max(const, entry.live_bytes)
             else:
-                fw_peak[k] = max(fw_peak[k] or 0, entry.live_bytes)
+                fw_peak[forward_at] = max(fw_peak[forward_at] or 0, entry.live_bytes)
         elif entry.graph == "backward":
             node = by_name.get(entry.node)
-            k = seg_of_pos(joint.position[node]) if node in joint.position else bw_seg.get(entry.node)
+            if node in joint.position:
+                k = None if node in joint.static else seg_of_pos(joint.position[node])
+            else:
+                k = bw_seg.get(entry.node)
             if k is not None:
                 current = min(current, k)
             if current < 0:

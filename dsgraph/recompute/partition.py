@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+import torch
 from torch.fx import GraphModule, Node
 
 from .. import compat
@@ -44,7 +45,7 @@ def closure(joint: JointGraph, saved: Iterable[Node]) -> Closure:
             continue
         if n.op != "call_function" or n in keep:
             continue
-        if n in joint.random:
+        if n in joint.random and _save_random(joint, n):
             forced.add(n)  # a multi-output random op is reached through its (random) getitems
             continue
         recomputed.add(n)
@@ -57,8 +58,63 @@ def closure(joint: JointGraph, saved: Iterable[Node]) -> Closure:
     return Closure(everything, sorted(recomputed, key=order.__getitem__), sorted(forced, key=order.__getitem__))
 
 
+def _save_random(joint: JointGraph, node: Node) -> bool:
+    """Save this random node, or recompute it from its random inputs? Unreproducible ones
+    are saved. Otherwise the smaller is saved: dropout's bool mask rather than the float
+    random numbers it compares, but the mask rather than the float scale made from it."""
+    if node in joint.unreproducible:
+        return True
+    from .segments import storage_nbytes
+
+    mine = storage_nbytes(node)
+    for a in node.all_input_nodes:
+        if a in joint.random:
+            if not isinstance(a.meta.get("val"), torch.Tensor):
+                return True  # an element of a multi-output random op (native_dropout's mask)
+            theirs = storage_nbytes(a)
+            if mine > theirs or (mine == theirs and a not in joint.unreproducible):
+                return False
+    return True
+
+
 def partition(joint: JointGraph, saved: Iterable[Node], static_input_indices) -> tuple[GraphModule, GraphModule]:
     """Forward and backward modules of ``joint.gm`` that pass exactly ``saved`` between them
-    (extended by ``closure``: primals the backward reads, random nodes it cannot recompute)."""
+    (extended by ``closure``: primals the backward reads, random nodes it cannot recompute).
+    Recomputation in the backward runs just before it is needed (``sink_recomputation``)."""
     plan = closure(joint, saved)
-    return compat.extract_partition(joint.gm, plan.saved, joint.num_fwd_outputs, static_input_indices)
+    fw, bw = compat.extract_partition(joint.gm, plan.saved, joint.num_fwd_outputs, static_input_indices)
+    sink_recomputation(bw)
+    return fw, bw
+
+
+def sink_recomputation(bw: GraphModule) -> int:
+    """Move each node of the backward that reads no tangent (recomputed forward values,
+    constants) to just before its first user, so that a segment is recomputed when its
+    backward runs, not all segments at the start of the backward. Order only: arithmetic
+    is unchanged. Returns how many nodes moved."""
+    nodes = list(bw.graph.nodes)
+    gap = 1 << 20
+    pos = {n: i * gap for i, n in enumerate(nodes)}
+    tangent_side = {n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")}
+    for n in nodes:
+        if n.op == "call_function" and any(a in tangent_side for a in n.all_input_nodes):
+            tangent_side.add(n)
+    moved = 0
+    for n in reversed(nodes):
+        if n.op != "call_function" or n in tangent_side or not n.users or n.is_impure():
+            continue
+        first = min(n.users, key=pos.__getitem__)
+        if first.op == "output" or first.prev is n:
+            continue
+        before = first.prev
+        first.prepend(n)
+        low = pos[before] if before in pos else pos[first] - gap
+        if pos[first] - low < 2:  # no integer left between them: renumber the graph
+            pos = {x: i * gap for i, x in enumerate(bw.graph.nodes)}
+        else:
+            pos[n] = (low + pos[first]) // 2
+        moved += 1
+    if moved:
+        bw.graph.lint()
+        bw.recompile()
+    return moved

@@ -134,6 +134,10 @@ def build_segments(joint: JointGraph, stock_saved: set[Node], costs: CostModel) 
     for k, seg in enumerate(segments):
         seg.index = k
     pieces = [prefix] + segments
+    # ``keep`` is the stock partition seen segment by segment: what it saves and what it
+    # recomputes there, taken from the whole graph's closure (the stock partition may
+    # recompute across a boundary, e.g. an fp32 upcast of the logits from their bf16 matmul)
+    stock = closure(joint, stock_saved)
     for j, seg in enumerate(pieces):
         members = joint.forward[seg.start:seg.stop]
         out_carried = pieces[j + 1].carried if j + 1 < len(pieces) else None
@@ -146,7 +150,10 @@ def build_segments(joint: JointGraph, stock_saved: set[Node], costs: CostModel) 
         for policy in POLICIES:
             if policy not in wanted:
                 continue
-            option = _option(joint, policy, members, wanted[policy], seg.carried, out_carried, costs)
+            if policy == "keep":
+                option = _stock_option(joint, stock, members, seg.carried, out_carried, costs)
+            else:
+                option = _option(joint, policy, members, wanted[policy], seg.carried, out_carried, costs)
             key = frozenset(option.saved)
             if key in seen_sets:
                 continue  # same as a cheaper-to-describe option
@@ -167,8 +174,21 @@ def _option(joint: JointGraph, policy: str, members: list[Node], wanted: list[No
     inside = set(members)
     local = closure(joint, set(wanted) | (set(joint.forward) - inside))
     saved = [n for n in local.saved if (n in inside or n is carried) and n.op != "placeholder"]
-    ends = {carried, out_carried} - {None}
     recomputed = [n for n in local.recomputed if n in inside]
+    return _make_option(joint, policy, saved, recomputed, carried, out_carried, costs)
+
+
+def _stock_option(joint: JointGraph, stock, members: list[Node], carried: Node | None,
+                  out_carried: Node | None, costs: CostModel) -> Option:
+    inside = set(members)
+    saved = [n for n in stock.saved if (n in inside or n is carried) and n.op != "placeholder"]
+    recomputed = [n for n in stock.recomputed if n in inside]
+    return _make_option(joint, "keep", saved, recomputed, carried, out_carried, costs)
+
+
+def _make_option(joint: JointGraph, policy: str, saved: list[Node], recomputed: list[Node], carried: Node | None,
+                 out_carried: Node | None, costs: CostModel) -> Option:
+    ends = {carried, out_carried} - {None}
     return Option(
         policy, saved, bytes_of(saved, joint.primal_storages), recomputed, costs.seconds(recomputed),
         sum(costs.costs[n].flops for n in recomputed),

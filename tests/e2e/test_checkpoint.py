@@ -19,8 +19,8 @@ FX = {"inductor": False, "fallback": "error"}
 
 def tiny_gpt(dropout=0.5):
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab=101, seq=32, layers=3, heads=2, dim=32, dropout=dropout)
-    return GPT(cfg), gpt_inputs(cfg, batch=4)
+    cfg = GPTConfig(vocab=101, seq=64, layers=4, heads=2, dim=32, dropout=dropout)
+    return GPT(cfg), gpt_inputs(cfg, batch=8)
 
 
 def compile_step(model, inputs, options):

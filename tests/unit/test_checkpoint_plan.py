@@ -134,3 +134,39 @@ def test_plans_meet_the_budget_and_are_monotone(chain_joint):
     assert peaks == sorted(peaks, reverse=True) and peaks[-1] < peaks[0]
     assert plan.regions and plan.saved_bytes < loose.saved_bytes
     assert "segment input" in plan.text()
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_keep_everywhere_is_exactly_the_stock_partition(autocast):
+    """The planner's ``keep`` options, all together, save what Inductor's min-cut saves,
+    also where the stock partition recomputes across a boundary (under bf16 autocast the
+    fp32 upcast of the logits is recomputed from the bf16 matmul, not saved)."""
+    from dsgraph.models import GPT, GPTConfig, gpt_inputs
+    from dsgraph.recompute.model import simulate, backward_saved_names
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab=97, seq=16, layers=2, heads=2, dim=32)
+    model = GPT(cfg)
+    idx, tgt = gpt_inputs(cfg, 2)
+    seen = {}
+
+    def partition(gm, joint_inputs, **kwargs):
+        seen.update(gm=gm, kwargs=kwargs)
+        fw, bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **kwargs)
+        seen["stock"] = backward_saved_names(bw)
+        return fw, bw
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g, partition_fn=partition)
+
+    torch._dynamo.reset()
+    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        torch.compile(model, backend=backend)(idx, tgt).backward()
+    gm, kwargs = seen["gm"], seen["kwargs"]
+    joint = build(gm, kwargs)
+    stock = {n for n in joint.forward if n.name in set(seen["stock"])}
+    prefix, segments = build_segments(joint, stock, CostModel(gm))
+    saved = list(prefix.options[0].saved) + [n for seg in segments for n in seg.option("keep").saved]
+    static = kwargs.get("static_lifetime_input_indices") or []
+    sim = simulate(joint, saved, static, external_bytes(joint))
+    assert sorted(sim.saved) == sorted(seen["stock"])
