@@ -110,4 +110,17 @@ class CostModel(Analysis):
         return cls(gm)
 
     def seconds(self, nodes) -> float:
+        """Each node as its own kernel (FX execution)."""
         return sum(self.costs[n].seconds for n in nodes)
+
+    def fused_seconds(self, nodes, held) -> float:
+        """``nodes`` run as Inductor would run them: every node's FLOPs, but memory traffic
+        only for tensors that exist in memory: what the group reads from outside itself or
+        from its ``held`` members (materialized: matmul outputs, reductions, what matmuls
+        read), and what its held members write. Inlined pointwise values cost no bytes."""
+        group = set(nodes)
+        flop_seconds = sum(self.costs[n].seconds - self.costs[n].bytes / self.rates.bytes_per_s for n in group)
+        reads = {a for n in group for a in n.all_input_nodes if a not in group or a in held}
+        writes = {n for n in group if n in held}
+        moved = sum(tensor_bytes(t) for a in reads | writes for _, t in tensor_values(a.meta.get("val")))
+        return flop_seconds + moved / self.rates.bytes_per_s

@@ -77,6 +77,7 @@ class JointGraph:
     boundaries: list[tuple[int, Node]] = field(default_factory=list)  # (position, carried tensor)
     primal_storages: frozenset = frozenset()  # storage keys of the primals (views of them are free)
     backward_reads: list[Node] = field(default_factory=list)  # non-backward nodes the backward reads
+    held: set[Node] = field(default_factory=set)  # nodes Inductor would write to memory (fused_plan.materialized)
 
     @classmethod
     def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int]) -> "JointGraph":
@@ -133,6 +134,9 @@ class JointGraph:
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))
         joint.boundaries = joint._find_boundaries()
+        from ..analysis.fused_plan import materialized
+
+        joint.held = materialized(gm)
         return joint
 
     def is_activation(self, node: Node) -> bool:

@@ -190,7 +190,7 @@ def _make_option(joint: JointGraph, policy: str, saved: list[Node], recomputed: 
                  out_carried: Node | None, costs: CostModel) -> Option:
     ends = {carried, out_carried} - {None}
     return Option(
-        policy, saved, bytes_of(saved, joint.primal_storages), recomputed, costs.seconds(recomputed),
+        policy, saved, bytes_of(saved, joint.primal_storages), recomputed, costs.fused_seconds(recomputed, joint.held),
         sum(costs.costs[n].flops for n in recomputed),
         own_bytes=bytes_of([n for n in saved if n not in ends], joint.primal_storages | {storage_key(n) for n in ends}),
         saves_in=carried is not None and carried in saved,

@@ -1,3 +1,4 @@
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -46,3 +47,25 @@ def test_pointwise_ops_cost_bytes_and_views_cost_nothing():
     exp, view = by_target(gm, "exp"), by_target(gm, "view")
     assert costs[exp].flops == 0 and costs[exp].bytes == 2 * 100 * 4
     assert costs[view].bytes == 0 and costs[view].seconds == 0
+
+
+def test_fused_recomputation_counts_only_tensors_in_memory():
+    """A chain of pointwise ops recomputed by Inductor reads its input and writes its
+    output once; as separate kernels each op reads and writes."""
+    import torch.fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def chain(x):
+        return (x * 2).sin().exp() + 1
+
+    with FakeTensorMode():
+        gm = make_fx(chain)(torch.empty(1024, 1024))
+    costs = CostModel(gm)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    last = nodes[-1]
+    fused = costs.fused_seconds(nodes, held={last})
+    unfused = costs.seconds(nodes)
+    one_pass = 2 * 1024 * 1024 * 4 / costs.rates.bytes_per_s  # read x, write the result
+    assert fused == pytest.approx(one_pass)
+    assert unfused == pytest.approx(len(nodes) * one_pass)
