@@ -6,7 +6,9 @@ For each depth, the GPT reference model (small width: the cost depends on the nu
 nodes, not on tensor sizes) is compiled once with ``inductor=False`` under a capture; then
 the analyses run on its forward and backward graphs, each timed as the best of five:
 ``TensorLifetimes`` on both graphs, the whole-step ``MemoryTimeline`` (both FX plans and the
-stitch), and the ``reorder_for_memory`` plan. Prints a Markdown table.
+stitch), and the ``reorder_for_memory`` plan. A second compile with a memory budget times
+the ``checkpoint`` pass (once: it includes Inductor's min-cut for the stock partition and
+the simulated plans) and its solver (the Pareto DP). Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -43,7 +45,17 @@ def measure(layers: int) -> dict:
     nodes = len(fw.graph.nodes) + len(bw.graph.nodes)
     reorder = importlib.import_module("dsgraph.passes.reorder_for_memory")
     external = graph_inputs_external(captured.stages)
+    torch._dynamo.reset()
+    torch.compile(model, backend="dsgraph", options={"inductor": False, "memory_budget": "1TiB"})(
+        *gpt_inputs(cfg, 2)).backward()
+    import dsgraph
+
+    joint = [r for r in dsgraph.reports() if r.kind == "joint"][-1]
+    checkpoint_ms = next(p.ms for p in joint.passes if p.name == "checkpoint")
     return {
+        "checkpoint_s": checkpoint_ms / 1e3,
+        "solver_s": joint.memory["checkpoint_solver_ms"] / 1e3,
+        "segments": joint.memory["checkpoint_segments"],
         "layers": layers,
         "nodes": nodes,
         "lifetimes_s": best_of(lambda: (TensorLifetimes(fw, default_held("forward")),
@@ -59,10 +71,11 @@ def main() -> None:
     parser.add_argument("--layers", default="12,24,48")
     args = parser.parse_args()
     rows = [measure(int(n)) for n in args.layers.split(",")]
-    print("| blocks | fw+bw nodes | TensorLifetimes s | MemoryTimeline s | reorder plan s |")
-    print("|---|---|---|---|---|")
+    print("| blocks | fw+bw nodes | TensorLifetimes s | MemoryTimeline s | reorder plan s | checkpoint segments | checkpoint pass s | its solver s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['layers']} | {r['nodes']} | {r['lifetimes_s']:.3f} | {r['timeline_s']:.3f} | {r['reorder_plan_s']:.3f} |")
+        print(f"| {r['layers']} | {r['nodes']} | {r['lifetimes_s']:.3f} | {r['timeline_s']:.3f} | {r['reorder_plan_s']:.3f} "
+              f"| {r['segments']} | {r['checkpoint_s']:.2f} | {r['solver_s']:.3f} |")
 
 
 if __name__ == "__main__":

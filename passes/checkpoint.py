@@ -40,6 +40,14 @@ def apply_checkpoint(plan: CheckpointPlan, ctx: PassContext) -> None:
     ctx.shared["checkpoint_plan"] = plan
 
 
+def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
+    from dsgraph.recompute.segments import bytes_of
+
+    out = gm.graph.output_node().args[0]
+    grads = [o for o in list(out)[num_fwd_outputs:] if o is not None]
+    return bytes_of(grads)
+
+
 def run(gm, ctx: PassContext) -> PassResult:
     budget = ctx.args.get("budget")
     if budget is None:
@@ -51,7 +59,10 @@ def run(gm, ctx: PassContext) -> PassResult:
 
     gm.graph = fx_graph_cse(gm.graph)  # what the stock partitioner does first
     gm.recompile()
-    extra = ctx.shared.get("pool_bytes", 0)
+    # with the gradient pool, the gradients' bytes exist from the start of the step (the
+    # pool is allocated once); the simulation still counts each gradient where the
+    # backward makes it, so this errs high by at most the pool's size
+    extra = _gradient_bytes(gm, kwargs["num_fwd_outputs"]) if ctx.config.pipeline.get("grad_pool") else 0
     plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra)
     apply_checkpoint(plan, ctx)
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions), stats=plan.stats())

@@ -131,7 +131,7 @@ def plan_checkpoint(
     terms, const, sims, first_in = measure_terms(joint, prefix, segments, static, external, spans)
     t0 = time.perf_counter()
     total = sum(max(t.saved + t.carried_in for t in row) for row in terms) or 1
-    points = pareto_dp(terms, const, resolution or max(1, total // 4096), first_in)
+    points = pareto_dp(terms, const, resolution or max(1, total // 2048), first_in)
     solver_seconds = time.perf_counter() - t0
 
     def saved_of(point: Point) -> list[Node]:

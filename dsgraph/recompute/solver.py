@@ -20,6 +20,7 @@ exact). ``exhaustive`` enumerates every plan and is what the tests hold the DP a
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 
@@ -138,11 +139,38 @@ def pareto_dp(options_at: list[list[Terms]], const: int, resolution: int = 1, fi
 def _prune(states: list[tuple]) -> list[tuple]:
     """Drop states another state beats or equals in saved bytes, peak and time. A state
     whose last option saves its outgoing boundary tensor can dominate only states that
-    also do (the next segment may be charged for that tensor otherwise)."""
+    also do (the next segment may be charged for that tensor otherwise).
+
+    States are taken by increasing time, so a state is dominated exactly when an earlier
+    kept one has no more saved bytes and no higher peak: a staircase query (the kept
+    states' (S, M) Pareto front, M falling as S grows), one per boundary flag."""
     states.sort(key=lambda st: (st[2], st[1], st[0], st[4]))
+    fronts = {False: _Staircase(), True: _Staircase()}
     kept: list[tuple] = []
     for st in states:
-        if any(k[0] <= st[0] and k[1] <= st[1] and (st[4] or not k[4]) for k in kept):
-            continue  # kept states come first by time, so they are no slower
+        s, m, out = st[0], st[1], st[4]
+        if fronts[False].dominates(s, m) or (out and fronts[True].dominates(s, m)):
+            continue
+        fronts[out].add(s, m)
         kept.append(st)
     return kept
+
+
+class _Staircase:
+    """(S, M) points, none dominating another: S ascending, M strictly descending."""
+
+    def __init__(self) -> None:
+        self.s: list[int] = []
+        self.m: list[int] = []
+
+    def dominates(self, s: int, m: int) -> bool:
+        i = bisect.bisect_right(self.s, s) - 1  # the point with the largest S <= s has the least M
+        return i >= 0 and self.m[i] <= m
+
+    def add(self, s: int, m: int) -> None:
+        i = bisect.bisect_left(self.s, s)
+        j = i
+        while j < len(self.s) and self.m[j] >= m:  # points it now dominates
+            j += 1
+        self.s[i:j] = [s]
+        self.m[i:j] = [m]

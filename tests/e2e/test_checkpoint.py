@@ -128,3 +128,12 @@ def test_inductor_under_a_budget_matches_eager(extremes):
     check_training_step(model, inputs, {"fallback": "error", "memory_budget": smallest * 11 // 10})
     plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
     assert plan["checkpoint_recomputed_segments"] > 0
+
+
+def test_with_the_gradient_pool_the_pool_counts_from_the_start(extremes):
+    stock, _ = extremes
+    model, inputs = tiny_gpt()
+    plain = compile_step(model, inputs, {**FX, "memory_budget": "1TiB"}).memory
+    pooled = compile_step(model, inputs, {**FX, "memory_budget": "1TiB", "grad_pool": True}).memory
+    grads = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert pooled["checkpoint_stock_peak"] == plain["checkpoint_stock_peak"] + grads
