@@ -19,6 +19,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.utils._pytree import tree_map
 
+from .. import compat
 from .base import Analysis
 from .lifetimes import _return_aliases, tensor_bytes, tensor_values
 
@@ -70,7 +71,9 @@ def node_flops(node: Node) -> int:
     if formula is None:
         return 0
     args, kwargs = tree_map(_val, (node.args, node.kwargs))
-    return int(formula(*args, out_val=node.meta.get("val"), **kwargs))
+    flops = formula(*args, out_val=node.meta.get("val"), **kwargs)
+    # symbolic shapes give a SymInt: read its size hint (int() would specialize the graph)
+    return int(compat.size_hint(flops)) if not isinstance(flops, int) else flops
 
 
 def _is_view(node: Node) -> bool:

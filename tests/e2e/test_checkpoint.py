@@ -137,3 +137,30 @@ def test_with_the_gradient_pool_the_pool_counts_from_the_start(extremes):
     pooled = compile_step(model, inputs, {**FX, "memory_budget": "1TiB", "grad_pool": True}).memory
     grads = sum(p.numel() * p.element_size() for p in model.parameters())
     assert pooled["checkpoint_stock_peak"] == plain["checkpoint_stock_peak"] + grads
+
+
+def test_dynamic_batch_plans_at_the_size_hint_and_stays_exact():
+    """mark_dynamic on the batch: the plan is made at the compile's sizes and the graph
+    stays dynamic (no specialization by the planner); another batch size reuses it."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab=101, seq=64, layers=2, heads=2, dim=32)
+    grads = {}
+    for options in ({**FX}, {**FX, "memory_budget": 2_500_000}):
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="dsgraph", options=options)
+        runs = []
+        for batch in (8, 5):
+            idx, tgt = gpt_inputs(cfg, batch, seed=batch)
+            torch._dynamo.mark_dynamic(idx, 0)
+            torch._dynamo.mark_dynamic(tgt, 0)
+            model.zero_grad(set_to_none=True)
+            compiled(idx, tgt).backward()
+            runs.append([p.grad.clone() for p in model.parameters()])
+        grads["budget" if "memory_budget" in options else "none"] = runs
+    memory = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+    assert memory["checkpoint_recomputed_segments"] > 0
+    assert len([r for r in dsgraph.reports() if r.kind == "joint"]) == 2  # one compile each: no recompile
+    for a_run, b_run in zip(grads["none"], grads["budget"]):
+        assert all(torch.equal(a, b) for a, b in zip(a_run, b_run))
