@@ -134,3 +134,39 @@ def test_grad_pool_under_bf16_autocast_on_cuda():
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         rel = float((p.grad - q.grad).norm() / q.grad.norm())
         assert rel < 2e-2, (name, rel)  # bf16 matmuls: Inductor and eager round differently
+
+
+def _budget_error(model, inputs):
+    """The smallest feasible budget of this model, from the error a 1-byte budget raises."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from dsgraph.errors import BudgetError
+
+    torch._dynamo.reset()
+    with pytest.raises(BackendCompilerFailed) as info:
+        loss_of(torch.compile(model, backend="dsgraph", options={"memory_budget": 1, "fallback": "error"})(*inputs))
+    e = info.value
+    while e is not None and not isinstance(e, BudgetError):
+        e = e.__cause__ or e.__context__
+    assert e is not None
+    return e.smallest_feasible
+
+
+def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
+    """Measured peak of a steady step within budget x 1.05; gradients within the fp32 rule."""
+    model, inputs = model_and_inputs(2)
+    smallest = _budget_error(model, inputs)
+    budget = smallest * 11 // 10
+    check_training_step(model, inputs, {"memory_budget": budget, "fallback": "error"})
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="dsgraph", options={"memory_budget": budget, "fallback": "error"})
+    for step in range(2):
+        model.zero_grad(set_to_none=True)
+        if step == 1:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        loss_of(compiled(*inputs)).backward()
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() <= budget * 1.05
+    plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+    assert plan["checkpoint_recomputed_segments"] > 0 and plan["checkpoint_predicted_peak"] <= budget
