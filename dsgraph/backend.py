@@ -21,7 +21,7 @@ import torch
 
 from . import compat, compile_reports, dumps
 from .context import CompileConfig
-from .errors import PassFailure
+from .errors import PassFailure, find_cause
 from .options import Options, validate_options
 from .pipeline import Pipeline, resolve
 from .session import CompileSession
@@ -96,13 +96,7 @@ def dsgraph_backend(
 
 def _find_pass_failure(e: BaseException) -> PassFailure | None:
     """torch may wrap the exception an inner compiler raised; look through the chain."""
-    seen = 0
-    while e is not None and seen < 20:
-        if isinstance(e, PassFailure):
-            return e
-        e = e.__cause__ or e.__context__
-        seen += 1
-    return None
+    return find_cause(e, PassFailure)
 
 
 def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, patches, failure: PassFailure):

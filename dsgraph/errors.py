@@ -8,6 +8,10 @@ a warning plus a stock compile (``fallback="inductor"``) or re-raises (``fallbac
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 class NotBuiltError(NotImplementedError):
     """A registered pass or option whose feature is not implemented yet."""
@@ -43,3 +47,15 @@ class BudgetError(ValueError):
     def __init__(self, message: str, smallest_feasible: int):
         super().__init__(message)
         self.smallest_feasible = smallest_feasible
+
+
+def find_cause(e: BaseException | None, cls: type[E]) -> E | None:
+    """The first exception of type ``cls`` in ``e``'s cause/context chain: torch wraps what a
+    backend raises (``BackendCompilerFailed``), so callers look through the chain."""
+    seen = 0
+    while e is not None and seen < 20:
+        if isinstance(e, cls):
+            return e
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return None

@@ -58,7 +58,6 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        self.checkpoint_blocks = cfg.checkpoint_blocks
         self.tok = nn.Embedding(cfg.vocab, cfg.dim)
         self.pos = nn.Embedding(cfg.seq, cfg.dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
@@ -78,7 +77,7 @@ class GPT(nn.Module):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
-            if self.checkpoint_blocks and torch.is_grad_enabled():
+            if self.cfg.checkpoint_blocks and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)

@@ -28,6 +28,7 @@ from .manager import run_passes, write_final_dumps
 from .profiling import CapturedCompile, StageGraphs
 from .compile_reports import GraphReport
 from .units import format_bytes
+from .recompute.partition import saved_names
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,11 +67,6 @@ def stage_of(kwargs: dict[str, Any]) -> str:
     if kwargs.get("is_inference"):
         return "inference"
     return "forward"
-
-
-def saved_names(bw: torch.fx.GraphModule) -> list[str]:
-    """Values the backward receives from the forward (all its inputs but the tangents)."""
-    return [n.name for n in bw.graph.nodes if n.op == "placeholder" and "tangents" not in n.name]
 
 
 def partition_summary(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> tuple[str, dict[str, Any]]:

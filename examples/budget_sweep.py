@@ -19,7 +19,7 @@ import torch
 from torch._dynamo.exc import BackendCompilerFailed
 
 import dsgraph
-from dsgraph.errors import BudgetError
+from dsgraph.errors import BudgetError, find_cause
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 
 
@@ -43,9 +43,7 @@ def smallest_feasible(model, inputs, device, options) -> int:
     try:
         compile_at(model, inputs, device, {**options, "memory_budget": 1})
     except BackendCompilerFailed as e:
-        cause = e
-        while cause is not None and not isinstance(cause, BudgetError):
-            cause = cause.__cause__ or cause.__context__
+        cause = find_cause(e, BudgetError)
         if cause is None:
             raise
         return cause.smallest_feasible

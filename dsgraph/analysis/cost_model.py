@@ -11,7 +11,6 @@ recomputing a cheap pointwise op costs bytes, recomputing a matmul costs FLOPs.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,7 @@ from torch.utils._pytree import tree_map
 
 from .. import compat
 from .base import Analysis
-from .lifetimes import _return_aliases, tensor_bytes, tensor_values
+from .lifetimes import is_view, tensor_bytes, tensor_values
 
 
 @dataclass(frozen=True)
@@ -76,18 +75,9 @@ def node_flops(node: Node) -> int:
     return int(compat.size_hint(flops)) if not isinstance(flops, int) else flops
 
 
-def _is_view(node: Node) -> bool:
-    if node.target is operator.getitem:
-        return True
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and any(
-        name is not None for name in _return_aliases(target)
-    ) and not target._schema.is_mutable
-
-
 def node_bytes_moved(node: Node) -> int:
     """Bytes a kernel for this node reads (its tensor inputs) and writes (its outputs)."""
-    if node.op != "call_function" or _is_view(node):
+    if node.op != "call_function" or is_view(node):
         return 0
     read = sum(tensor_bytes(t) for a in node.all_input_nodes for _, t in tensor_values(a.meta.get("val")))
     written = sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))

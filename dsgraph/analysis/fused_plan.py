@@ -19,13 +19,11 @@ benchmark reports how far it is from what the H200 measured.
 
 from __future__ import annotations
 
-import operator
 
 import torch
 from torch.fx import GraphModule, Node
 
-from .lifetimes import _return_aliases
-from .lifetimes import TensorLifetimes
+from .lifetimes import TensorLifetimes, is_view
 from .plan import Block, GraphPlan
 
 # ops Inductor lowers as (inlinable) pointwise loops although torch does not tag them so
@@ -37,19 +35,12 @@ _INLINED = {
 }
 
 
-def _packet(node: Node) -> str:
+def op_name(node: Node) -> str:
+    """The op's name without overload (``mm``), or the callable's name."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return target.overloadpacket.__name__
     return getattr(target, "__name__", str(target))
-
-
-def is_view(node: Node) -> bool:
-    if node.target is operator.getitem:
-        return True
-    target = node.target
-    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
-            and any(a is not None for a in _return_aliases(target)))
 
 
 def is_inlined(node: Node) -> bool:
@@ -57,7 +48,7 @@ def is_inlined(node: Node) -> bool:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    return torch.Tag.pointwise in target.tags or _packet(node) in _INLINED
+    return torch.Tag.pointwise in target.tags or op_name(node) in _INLINED
 
 
 def _extern_readers(node: Node, extern: set[Node]) -> bool:
@@ -87,7 +78,7 @@ def materialized(gm: GraphModule) -> set[Node]:
             outputs.add(base)
     kernels = {n for n in nodes if not is_view(n) and not is_inlined(n)}
     # reductions fuse what they read; every other kernel needs its inputs in memory
-    extern = {n for n in kernels if _packet(n) not in _REDUCTIONS}
+    extern = {n for n in kernels if op_name(n) not in _REDUCTIONS}
     out = set(kernels)
     for n in nodes:
         if n in kernels or is_view(n):
@@ -145,7 +136,7 @@ def fused_plan(gm: GraphModule, donated=lambda name: False) -> GraphPlan:
         outputs = tuple(m.name for m in s.members if m in output_args)
         block = Block(s.name, s.nbytes, step_of[s.root], stop, s.nbytes_expr, outputs)
         reuse = None
-        if is_inlined(s.root) or _packet(s.root) in _REDUCTIONS:
+        if is_inlined(s.root) or op_name(s.root) in _REDUCTIONS:
             for cand in free_at.get(block.start, ()):
                 if cand[2] == block.nbytes:
                     reuse = cand
@@ -173,4 +164,3 @@ def fused_plan(gm: GraphModule, donated=lambda name: False) -> GraphPlan:
 
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", "all", "argmax", "argmin"}
 
-__all__ = ["Block", "fused_plan", "materialized", "is_inlined", "is_view"]

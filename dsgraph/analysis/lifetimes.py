@@ -91,6 +91,16 @@ def _return_aliases(op: torch._ops.OpOverload) -> tuple[str | None, ...]:
     return tuple(out)
 
 
+def is_view(node: Node) -> bool:
+    """A node whose output aliases an input: a getitem, or an op whose schema returns an
+    alias (``Tensor(a)``) and mutates nothing."""
+    if node.target is operator.getitem:
+        return True
+    target = node.target
+    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
+            and any(name is not None for name in _return_aliases(target)))
+
+
 def _alias_sets(arg: Any, printed: str = "") -> set[str]:
     info = arg.alias_info
     if info is None:

@@ -27,6 +27,7 @@ from typing import Sequence
 import torch
 from torch.fx import GraphModule, Node
 
+from ..analysis.fused_plan import materialized, op_name
 from ..analysis.lifetimes import tensor_bytes, tensor_values
 
 
@@ -35,11 +36,6 @@ def _is_tangent(node: Node) -> bool:
 
 
 _INDUCTOR_RANDOM = ("inductor_random", "inductor_randint")
-
-
-def _packet(node: Node) -> str:
-    target = node.target
-    return target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else ""
 
 
 def _is_seeded(node: Node) -> bool:
@@ -78,6 +74,7 @@ class JointGraph:
     primal_storages: frozenset = frozenset()  # storage keys of the primals (views of them are free)
     backward_reads: list[Node] = field(default_factory=list)  # non-backward nodes the backward reads
     held: set[Node] = field(default_factory=set)  # nodes Inductor would write to memory (fused_plan.materialized)
+    order: dict[Node, int] = field(default_factory=dict)  # every node -> its index in the graph
 
     @classmethod
     def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int]) -> "JointGraph":
@@ -114,7 +111,6 @@ class JointGraph:
                 anchor[n] = index[n] if n in core else max(ins, default=-1)
         forward = sorted(forward_set, key=lambda n: (anchor[n], n not in core, index[n]))
 
-        data_inputs = set(primals) - params
         static: set[Node] = set()
         random: set[Node] = set()
         for n in forward:
@@ -124,18 +120,16 @@ class JointGraph:
             derived = any(a in random for a in ins) and (n in static or n.target is operator.getitem)
             if _is_seeded(n) or derived:  # an element of a random op (native_dropout's mask) too
                 random.add(n)
-        del data_inputs
         joint = cls(gm, num_fwd_outputs, primals, tangents, params, forward, backward, static, random)
         joint.position = {n: i for i, n in enumerate(forward)}
-        joint.unreproducible = {n for n in random if _is_seeded(n) or _packet(n) in _INDUCTOR_RANDOM}
+        joint.order = index
+        joint.unreproducible = {n for n in random if _is_seeded(n) or op_name(n) in _INDUCTOR_RANDOM}
         from .segments import storage_key
 
         joint.primal_storages = frozenset(storage_key(p) for p in primals)
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))
         joint.boundaries = joint._find_boundaries()
-        from ..analysis.fused_plan import materialized
-
         joint.held = materialized(gm)
         return joint
 

@@ -23,14 +23,14 @@ from torch.fx import GraphModule, Node
 from ..analysis.fused_plan import fused_plan
 from ..analysis.timeline import Interval, MemoryTimeline, stitch
 from .joint import JointGraph
-from .partition import partition
+from .partition import partition, saved_names
 from .segments import POLICIES, Segment, bytes_of
 from .solver import Terms, charges
 
 
 @dataclass
 class Simulation:
-    saved: list[str]  # what the backward receives (primals excluded)
+    saved: list[str]  # what the backward receives from the forward (primals included)
     timeline: MemoryTimeline
     forward: GraphModule
     backward: GraphModule
@@ -40,11 +40,6 @@ class Simulation:
         return self.timeline.peak_bytes
 
 
-def backward_saved_names(bw: GraphModule) -> list[str]:
-    return [n.name for n in bw.graph.nodes
-            if n.op == "placeholder" and not n.name.startswith(("primals", "tangents"))]
-
-
 def external_bytes(joint: JointGraph) -> int:
     """Primals (parameters, buffers, inputs): they exist for the whole step."""
     return bytes_of([p for p in joint.primals if p.meta.get("val") is not None])
@@ -52,8 +47,8 @@ def external_bytes(joint: JointGraph) -> int:
 
 def simulate(joint: JointGraph, saved: list[Node], static_input_indices, external: int) -> Simulation:
     fw, bw = partition(joint, saved, static_input_indices)
-    names = backward_saved_names(bw)
-    donated = set(names)
+    names = saved_names(bw)
+    donated = {n for n in names if not n.startswith("primals")}  # primals are held by the caller
     timeline = stitch(
         fused_plan(fw), fused_plan(bw, donated=donated.__contains__),
         [Interval("start of step", external, 0, 0)], names,

@@ -50,12 +50,17 @@ def closure(joint: JointGraph, saved: Iterable[Node]) -> Closure:
             continue
         recomputed.add(n)
         stack.extend(n.all_input_nodes)
-    order = {n: i for i, n in enumerate(joint.gm.graph.nodes)}
+    order = joint.order
     everything = sorted(keep | forced | primals_needed, key=order.__getitem__)
     # a kept node nothing in the backward reaches is not sent (it would only cost memory)
     reached = seen
     everything = [n for n in everything if n in reached]
     return Closure(everything, sorted(recomputed, key=order.__getitem__), sorted(forced, key=order.__getitem__))
+
+
+def saved_names(bw: GraphModule) -> list[str]:
+    """Values the backward receives from the forward (all its inputs but the tangents)."""
+    return [n.name for n in bw.graph.nodes if n.op == "placeholder" and "tangents" not in n.name]
 
 
 def _save_random(joint: JointGraph, node: Node) -> bool:

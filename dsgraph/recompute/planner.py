@@ -32,7 +32,8 @@ from ..analysis.cost_model import CostModel
 from ..errors import BudgetError
 from ..units import format_bytes
 from .joint import JointGraph
-from .model import Simulation, backward_saved_names, external_bytes, measure_terms, simulate
+from .model import Simulation, external_bytes, measure_terms, simulate
+from .partition import saved_names
 from .segments import Segment, build_segments, build_spans, is_expensive, storage_key, storage_nbytes
 from .solver import Point, evaluate, pareto_dp
 
@@ -111,7 +112,7 @@ class CheckpointPlan:
 def stock_saved(gm: GraphModule, joint_inputs, kwargs: dict) -> set[str]:
     """Names of what Inductor's own partitioner saves (run on a copy: it edits its input)."""
     _, bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **kwargs)
-    return set(backward_saved_names(bw))
+    return set(saved_names(bw))
 
 
 def plan_checkpoint(

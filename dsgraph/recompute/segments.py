@@ -23,7 +23,6 @@ segment k-1's saves it (``Terms.charge``).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +30,7 @@ from torch.fx import Node
 
 from .. import compat
 from ..analysis.cost_model import CostModel, node_flops
+from ..analysis.lifetimes import is_view
 from .joint import JointGraph
 from .partition import closure
 
@@ -106,18 +106,12 @@ def is_expensive(node: Node) -> bool:
             return True
         if node.op != "call_function" or not node.all_input_nodes:
             return False
-        if node.target is operator.getitem or _is_view_op(node):
+        if is_view(node):
             node = node.all_input_nodes[0]
             seen += 1
             continue
         return False
     return False
-
-
-def _is_view_op(node: Node) -> bool:
-    from ..analysis.fused_plan import is_view
-
-    return is_view(node)
 
 
 def build_segments(joint: JointGraph, stock_saved: set[Node], costs: CostModel) -> tuple[Segment, list[Segment]]:

@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.exc import BackendCompilerFailed
 
 import dsgraph
-from dsgraph.errors import BudgetError
+from dsgraph.errors import BudgetError, find_cause
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 from dsgraph.testing import check_training_step, fp32_exact
 
@@ -33,9 +33,7 @@ def compile_step(model, inputs, options):
 def budget_error(model, inputs, budget) -> BudgetError:
     with pytest.raises(BackendCompilerFailed) as info:
         compile_step(model, inputs, {**FX, "memory_budget": budget})
-    e = info.value
-    while e is not None and not isinstance(e, BudgetError):
-        e = e.__cause__ or e.__context__
+    e = find_cause(info.value, BudgetError)
     assert isinstance(e, BudgetError) and isinstance(e, ValueError)
     return e
 

@@ -140,14 +140,12 @@ def _budget_error(model, inputs):
     """The smallest feasible budget of this model, from the error a 1-byte budget raises."""
     from torch._dynamo.exc import BackendCompilerFailed
 
-    from dsgraph.errors import BudgetError
+    from dsgraph.errors import BudgetError, find_cause
 
     torch._dynamo.reset()
     with pytest.raises(BackendCompilerFailed) as info:
         loss_of(torch.compile(model, backend="dsgraph", options={"memory_budget": 1, "fallback": "error"})(*inputs))
-    e = info.value
-    while e is not None and not isinstance(e, BudgetError):
-        e = e.__cause__ or e.__context__
+    e = find_cause(info.value, BudgetError)
     assert e is not None
     return e.smallest_feasible
 

@@ -142,7 +142,8 @@ def test_keep_everywhere_is_exactly_the_stock_partition(autocast):
     also where the stock partition recomputes across a boundary (under bf16 autocast the
     fp32 upcast of the logits is recomputed from the bf16 matmul, not saved)."""
     from dsgraph.models import GPT, GPTConfig, gpt_inputs
-    from dsgraph.recompute.model import simulate, backward_saved_names
+    from dsgraph.recompute.model import simulate
+    from dsgraph.recompute.partition import saved_names
 
     torch.manual_seed(0)
     cfg = GPTConfig(vocab=97, seq=16, layers=2, heads=2, dim=32)
@@ -153,7 +154,7 @@ def test_keep_everywhere_is_exactly_the_stock_partition(autocast):
     def partition(gm, joint_inputs, **kwargs):
         seen.update(gm=gm, kwargs=kwargs)
         fw, bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **kwargs)
-        seen["stock"] = backward_saved_names(bw)
+        seen["stock"] = saved_names(bw)
         return fw, bw
 
     def backend(gm, example_inputs):
