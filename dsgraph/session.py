@@ -182,7 +182,7 @@ class CompileSession:
         (arena.py). Runs after the passes, on the graph that executes; a failure (or
         ``DSGRAPH_TEST_FAIL_PASS=arena``) is handled like a failing pass: the fallback
         compiles this graph stock, without the arena."""
-        from .arena import arena_graph
+        from .arena_rewrite import arena_graph
 
         try:
             if self.config.test_fail_pass == "arena":
