@@ -10,6 +10,11 @@ Whether the slot starts the step empty is known only at run time (``.grad`` was 
 holds gradients to accumulate into), so the op asks the pool: empty slots get
 ``mm(a, b, out=slot)``; others ``slot += a @ b``, as autograd accumulates (one rounding of
 the product, then the add; an ``addmm`` epilogue could round differently).
+
+``dsgraph::addmm_into_(out, bias, a, b)``: the same for a gradient ``bias + a @ b`` (a tied
+weight: the embedding's scatter plus the head's matmul), which stock Inductor computes as one
+``addmm``. Empty slots get ``addmm(bias, a, b, out=slot)``, the kernel stock runs; others
+``slot += addmm(bias, a, b)``, the gradient computed as stock does and then accumulated.
 """
 
 from __future__ import annotations
@@ -33,3 +38,21 @@ def _mm_into_fake(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 MM_INTO = torch.ops.dsgraph.mm_into_.default
+
+
+@torch.library.custom_op("dsgraph::addmm_into_", mutates_args=("out",))
+def addmm_into_(out: torch.Tensor, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    from .pool import MANAGER
+
+    if MANAGER.starts_empty(out):
+        torch.addmm(bias, a, b, out=out)
+    else:
+        out.add_(torch.addmm(bias, a, b))
+
+
+@addmm_into_.register_fake
+def _addmm_into_fake(out: torch.Tensor, bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    return None
+
+
+ADDMM_INTO = torch.ops.dsgraph.addmm_into_.default

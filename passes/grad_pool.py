@@ -18,7 +18,12 @@ Slots follow the order in which this backward produces the gradients. A weight g
 that is a plain ``mm`` (used by nothing else, written row-major) becomes ``mm_into_``: the
 matmul writes the slot itself; every other gradient is added into its slot
 (``slot += grad``), which Inductor fuses into the pointwise or reduction kernel that
-produces it, so the pooled backward needs no extra kernels. The graph always accumulates;
+produces it, so the pooled backward needs no extra kernels. Two forms that Inductor cannot
+fuse an add into get their own rewrite when the graph goes to Inductor: a tied weight's
+``bias + mm(a, b)`` (embedding scatter plus head matmul, one ``addmm`` in stock) becomes
+``addmm_into_``, and an embedding gradient (a scatter-add into zeros) scatters into the slot
+itself. Both reassociate float additions when the slot already holds gradients, so with
+``inductor=False`` (bitwise to the unpooled pipeline) they stay plain adds. The graph always accumulates;
 the runtime wrapper zeroes the slots of parameters whose ``.grad`` is None beforehand. The backward then returns None for
 pooled parameters, and ``dsgraph.pool.PooledBackward`` (a runtime wrapper) owns ``.grad``:
 accumulation, hooks, zeroing and set-to-None all keep eager's semantics.
@@ -36,7 +41,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from dsgraph.context import PassContext, PassResult
-from dsgraph.ops import MM_INTO
+from dsgraph.ops import ADDMM_INTO, MM_INTO
 from dsgraph.pool import MANAGER, PooledBackward, Slot
 from dsgraph.registry import PassSpec
 
@@ -54,7 +59,13 @@ class PoolEntry:
     output_index: int
     node: str  # the node producing the gradient
     slot: Slot
-    how: str  # "mm_into" or "copy"
+    how: str  # "mm_into", "addmm_into", "scatter_into" or "copy"
+
+    @property
+    def overwrites(self) -> bool:
+        """Does the graph's write set the whole slot when it starts empty (a matmul op that
+        asks the pool), rather than add to what the slot holds?"""
+        return self.how in ("mm_into", "addmm_into")
 
 
 @dataclass
@@ -79,8 +90,62 @@ def _writes_whole_slot_by_mm(node: Node, slot: Slot) -> bool:
     return slot.stride == contiguous and tuple(node.meta["val"].shape) == slot.shape
 
 
-def plan_pool(gm: GraphModule, params: list) -> PoolPlan:
-    """``params``: for each backward output, the parameter it is the gradient of (or None)."""
+def _addmm_parts(node: Node, slot: Slot) -> tuple[Node, Node] | None:
+    """``bias + mm(a, b)`` (either order) whose matmul nothing else reads: (bias, mm)."""
+    if node.target is not torch.ops.aten.add.Tensor or len(node.args) != 2 or node.kwargs:
+        return None
+    for mm, bias in (node.args, node.args[::-1]):
+        if (isinstance(mm, Node) and isinstance(bias, Node) and _writes_whole_slot_by_mm(mm, slot)
+                and mm.users.keys() == {node} and isinstance(bias.meta.get("val"), torch.Tensor)
+                and tuple(bias.meta["val"].shape) == slot.shape and bias.meta["val"].dtype == slot.key[1]):
+            return bias, mm
+    return None
+
+
+def _scatter_ops() -> tuple:
+    ops = [torch.ops.aten.index_put.default]
+    masked = getattr(torch.ops.aten, "_unsafe_masked_index_put_accumulate", None)  # torch >= 2.12 decomposition
+    if masked is not None:
+        ops.append(masked.default)
+    return tuple(ops)
+
+
+def _zeros_scattered(node: Node, slot: Slot) -> bool:
+    """An embedding gradient as decomposed: a scatter-add into a zero buffer nothing else
+    reads. Scattering straight into the slot saves the zero fill and the add."""
+    if node.target not in _scatter_ops() or len(node.users) != 1:
+        return False
+    if node.target is torch.ops.aten.index_put.default:
+        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+        if not accumulate:
+            return False
+    base = node.args[0]
+    if not isinstance(base, Node) or base.target is not torch.ops.aten.full.default or len(base.users) != 1:
+        return False
+    if base.args[1] != 0:
+        return False
+    contiguous = tuple(torch.empty(slot.shape, device="meta").stride())
+    val = base.meta.get("val")
+    return (isinstance(val, torch.Tensor) and tuple(val.shape) == slot.shape and val.dtype == slot.key[1]
+            and slot.stride == contiguous)
+
+
+def _how(node: Node, slot: Slot, inductor: bool) -> str:
+    if _writes_whole_slot_by_mm(node, slot):
+        return "mm_into"
+    # the two forms below change the order of float additions when the slot already holds
+    # gradients (g + (s + m) becomes (g + m) + s): through Inductor, where the fp32 rule of
+    # eager applies, not with ``inductor=False``, where the pool is bitwise
+    if inductor and _addmm_parts(node, slot) is not None:
+        return "addmm_into"
+    if inductor and _zeros_scattered(node, slot):
+        return "scatter_into"
+    return "copy"
+
+
+def plan_pool(gm: GraphModule, params: list, inductor: bool = False) -> PoolPlan:
+    """``params``: for each backward output, the parameter it is the gradient of (or None).
+    ``inductor``: the graph goes to Inductor (allows the write forms that reassociate)."""
     outputs = list(gm.graph.output_node().args[0])
     if len(outputs) != len(params):
         raise ValueError(f"backward has {len(outputs)} outputs but the graph had {len(params)} inputs: "
@@ -102,8 +167,7 @@ def plan_pool(gm: GraphModule, params: list) -> PoolPlan:
             raise ValueError("one parameter has two gradient outputs")
         seen.add(id(param))
         slot = MANAGER.slot(param)
-        how = "mm_into" if _writes_whole_slot_by_mm(out, slot) else "copy"
-        plan.entries.append(PoolEntry(i, out.name, slot, how))
+        plan.entries.append(PoolEntry(i, out.name, slot, _how(out, slot, inductor)))
     return plan
 
 
@@ -129,9 +193,16 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
         with graph.inserting_after(producer):
             if entry.how == "mm_into":
                 graph.call_function(MM_INTO, (slot_input, *producer.args))
+            elif entry.how == "addmm_into":
+                bias, mm = _addmm_parts(producer, slot)
+                graph.call_function(ADDMM_INTO, (slot_input, bias, *mm.args))
+            elif entry.how == "scatter_into":
+                # the scatter adds into the slot itself; Inductor turns the functional
+                # scatter plus copy_ back into one in-place scatter kernel
+                total = graph.call_function(producer.target, (slot_input, *producer.args[1:]), dict(producer.kwargs))
             else:
                 total = graph.call_function(torch.ops.aten.add.Tensor, (slot_input, producer))
-        if entry.how != "mm_into":
+        if not entry.overwrites:
             with graph.inserting_after(total):
                 write = graph.call_function(torch.ops.aten.copy_.default, (slot_input, total))
             total.meta["val"] = write.meta["val"] = slot_input.meta["val"]
@@ -143,8 +214,17 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
     if visible is not None:
         out_node.meta["user_visible_output_idxs"] = [i for i in visible if isinstance(outputs[i], Node)]
     for entry in plan.entries:
-        if entry.how == "mm_into":
-            graph.erase_node(by_name[entry.node])
+        producer = by_name[entry.node]
+        if entry.how == "addmm_into":
+            mm = _addmm_parts(producer, entry.slot)[1]
+            graph.erase_node(producer)
+            graph.erase_node(mm)
+        elif entry.how == "mm_into":
+            graph.erase_node(producer)
+        elif entry.how == "scatter_into":
+            base = producer.args[0]
+            graph.erase_node(producer)
+            graph.erase_node(base)
     return gm, fakes
 
 
@@ -152,8 +232,10 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     params = ctx.shared.get("graph_params")
     if params is None:
         raise ValueError("grad_pool needs the parameters behind the graph's inputs (Dynamo did not record them)")
-    plan = plan_pool(gm, params)
+    plan = plan_pool(gm, params, inductor=ctx.config.options.inductor)
     stats = {"pooled": len(plan.entries), "mm_into": sum(e.how == "mm_into" for e in plan.entries),
+             "addmm_into": sum(e.how == "addmm_into" for e in plan.entries),
+             "scatter_into": sum(e.how == "scatter_into" for e in plan.entries),
              "copies": sum(e.how == "copy" for e in plan.entries),
              "pooled_bytes": sum(e.slot.numel * e.slot.key[1].itemsize for e in plan.entries)}
     if not plan.entries:
@@ -165,5 +247,5 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     gm, fakes = apply_pool(gm, plan, fake_mode)
     ctx.example_inputs.extend(fakes)
     ctx.register_runtime_wrapper(PooledBackward(MANAGER, [e.slot for e in plan.entries],
-                                                [e.how == "mm_into" for e in plan.entries], ctx.config.debug))
+                                                [e.overwrites for e in plan.entries], ctx.config.debug))
     return PassResult(gm, changed=True, stats=stats)

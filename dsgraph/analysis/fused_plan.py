@@ -128,7 +128,7 @@ def fused_plan(gm: GraphModule, donated=lambda name: False) -> GraphPlan:
                     plan.input_bytes[m.name] = s.nbytes
                     plan.input_expr[m.name] = s.nbytes_expr
                     if donated(m.name) and last >= 0:
-                        free_at.setdefault(last, []).append(("input", m.name, s.nbytes))
+                        free_at.setdefault(last, []).append(("input", m.name, s.nbytes, set(s.members)))
             continue
         if s.root not in mat:
             continue
@@ -138,28 +138,61 @@ def fused_plan(gm: GraphModule, donated=lambda name: False) -> GraphPlan:
         reuse = None
         if is_inlined(s.root) or op_name(s.root) in _REDUCTIONS:
             for cand in free_at.get(block.start, ()):
-                if cand[2] == block.nbytes:
+                if cand[2] == block.nbytes and _reads_in_place(s.root, cand[3], mat):
                     reuse = cand
                     break
         if reuse is not None:
             free_at[block.start].remove(reuse)
-            kind, owner, _ = reuse
+            kind, owner, _, members = reuse
+            members = members | set(s.members)
             if kind == "input":  # the input's storage now holds this block until its end
                 plan.input_last_use[owner] = end if stop is None else max(stop, plan.input_last_use[owner])
                 if stop is not None:
-                    free_at.setdefault(stop, []).append(("input", owner, block.nbytes))
+                    free_at.setdefault(stop, []).append(("input", owner, block.nbytes, members))
                 if stop is None:
                     plan.input_bytes[owner] = plan.input_bytes[owner]  # lives to the end
                 continue
             owner.end = stop
             owner.outputs = owner.outputs + outputs
             if stop is not None:
-                free_at.setdefault(stop, []).append(("block", owner, block.nbytes))
+                free_at.setdefault(stop, []).append(("block", owner, block.nbytes, members))
             continue
         plan.blocks.append(block)
         if stop is not None and not outputs:
-            free_at.setdefault(stop, []).append(("block", block, block.nbytes))
+            free_at.setdefault(stop, []).append(("block", block, block.nbytes, set(s.members)))
     return plan
+
+
+# ops after which an element is no longer read at the index it is written at: Inductor
+# writes a kernel's output into an input's buffer only when each element is read where it is
+# written (equal dependency index and size)
+_MOVES_ELEMENTS = {
+    "slice", "slice_scatter", "select", "select_scatter", "narrow", "as_strided", "index", "_unsafe_index",
+    "gather", "constant_pad_nd", "cat", "expand", "permute", "transpose", "t", "flip", "roll", "diagonal",
+    "unfold", "repeat",
+}
+
+
+def _reads_in_place(root: Node, members: set[Node], mat: set[Node]) -> bool:
+    """Does the kernel computing ``root`` read the storage ``members`` element for element,
+    so that Inductor may write ``root`` into it? Walks the nodes fused into the kernel."""
+    stack, seen = [(root, False)], set()
+    found = False
+    while stack:
+        n, moved = stack.pop()
+        if (n, moved) in seen:
+            continue
+        seen.add((n, moved))
+        if n in members:
+            if moved:
+                return False
+            found = True
+            continue
+        if n is not root and (n.op != "call_function" or (n in mat and not is_view(n))):
+            continue  # another buffer (or input) read as it is: not this storage
+        moves = op_name(n) in _MOVES_ELEMENTS if n.op == "call_function" else False
+        stack.extend((a, moved or moves) for a in n.all_input_nodes)
+    return found
 
 
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", "all", "argmax", "argmin"}

@@ -272,3 +272,41 @@ def test_weight_grads_are_written_by_their_matmul_and_copies_fuse():
     assert not [c for c in calls if re.match(r"cpp_fused_\d+\(", c)], calls  # a kernel named after no op copies
     torch.manual_seed(6)
     check_training_step(MLP(), torch.randn(6, 13), {"grad_pool": True})
+
+
+@pytest.mark.e2e
+def test_embedding_gradients_through_inductor_accumulate_like_eager_with_no_extra_kernels():
+    """GPT with a tied token table and a position table through CPU Inductor: the pooled
+    backward has no more kernels than stock (the tied gradient is one ``addmm_into_``, the
+    position scatter adds into its slot), and gradients follow eager through accumulation
+    without zeroing, ``set_to_none`` (matmul slots overwritten again) and in-place zeroing."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    from dsgraph.models import GPT, GPTConfig, gpt_inputs
+
+    cfg = GPTConfig(vocab=67, seq=16, layers=1, heads=2, dim=32)
+    data = [gpt_inputs(cfg, 2, seed=s) for s in range(5)]
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    kernels = {}
+    for name, options in (("stock", {"pipeline": ""}), ("pooled", {"grad_pool": True, "fallback": "error"})):
+        torch._dynamo.reset()
+        compiled = torch.compile(copy.deepcopy(model), backend="dsgraph", options=options)
+        _, codes = run_and_get_code(lambda: compiled(*data[0]).backward())
+        calls = [c.strip() for c in codes[-1].split("def call(")[1].splitlines()]
+        kernels[name] = [c for c in calls if re.match(r"(cpp_fused\w*\(|extern_kernels\.|torch\.ops\.)", c)]
+    assert any(c.startswith("torch.ops.dsgraph.addmm_into_.default(dsgraph_grad_") for c in kernels["pooled"])
+    assert len(kernels["pooled"]) <= len(kernels["stock"]), kernels
+
+    def zero(m, i):
+        if i == 2:
+            m.zero_grad(set_to_none=True)
+        if i == 4:
+            m.zero_grad(set_to_none=False)
+
+    eager = run(copy.deepcopy(model), None, data, zero=zero)
+    torch._dynamo.reset()
+    pooled = run(copy.deepcopy(model), {"grad_pool": True, "fallback": "error"}, data, zero=zero)
+    compare(pooled, eager, bitwise=False)

@@ -136,6 +136,24 @@ def test_plans_meet_the_budget_and_are_monotone(chain_joint):
     assert "segment input" in plan.text()
 
 
+def test_a_feasible_budget_never_raises_when_the_search_gives_up(chain_joint, monkeypatch):
+    """Where the model errs low, every frontier point checked can simulate above the budget.
+    The planner then takes the smallest plan if it fits, and raises only when it does not
+    (an HF GPT-2 budget of 3 GiB once raised "smallest feasible 2.39 GiB")."""
+    from dsgraph.recompute import planner
+
+    gm, inputs, kwargs = chain_joint
+    with pytest.raises(BudgetError) as info:
+        plan_checkpoint(gm, inputs, kwargs, budget=1)
+    smallest = info.value.smallest_feasible
+    monkeypatch.setattr(planner, "MAX_SIMULATIONS", 0)  # the search checks nothing
+    plan = plan_checkpoint(gm, inputs, kwargs, budget=smallest)
+    assert plan.predicted_peak == smallest  # the smallest plan, taken without a search
+    with pytest.raises(BudgetError) as again:
+        plan_checkpoint(gm, inputs, kwargs, budget=smallest - 1)
+    assert again.value.smallest_feasible == smallest
+
+
 @pytest.mark.parametrize("autocast", [False, True])
 def test_keep_everywhere_is_exactly_the_stock_partition(autocast):
     """The planner's ``keep`` options, all together, save what Inductor's min-cut saves,
