@@ -21,7 +21,7 @@ import torch
 
 from . import compat, compile_reports, dumps
 from .context import CompileConfig
-from .errors import PassFailure, find_cause
+from .errors import BudgetMiss, PassFailure, find_cause
 from .options import Options, validate_options
 from .pipeline import Pipeline, resolve
 from .session import CompileSession
@@ -79,9 +79,22 @@ def dsgraph_backend(
         patches.update(compat.arena_inductor_patches())  # only inside dsgraph's compile_fx
     compile_id = f"c{next(_ids):03d}"
     fallback_copy = compat.copy_graph_module(gm) if opts.fallback == "inductor" and len(config.pipeline) else None
+    # under a memory budget, Inductor's plan is checked against it after compiling; an
+    # overrun compiles again from this copy with the overrun reserved (session.py)
+    retry_copy = compat.copy_graph_module(gm) if opts.inductor and config.pipeline.get("checkpoint") else None
     session = CompileSession(config, compile_id, patches)
     try:
-        compiled = session.compile(gm, example_inputs)
+        while True:
+            try:
+                compiled = session.compile(gm, example_inputs)
+                break
+            except Exception as e:
+                miss = find_cause(e, BudgetMiss)
+                if miss is None or retry_copy is None:
+                    raise
+            _discard(session, config, compile_id)
+            session = CompileSession(config, compile_id, patches, margin=miss.margin, attempt=session.attempt + 1)
+            gm = compat.copy_graph_module(retry_copy)
     except Exception as e:
         failure = _find_pass_failure(e)
         if failure is None or fallback_copy is None:
@@ -92,6 +105,17 @@ def dsgraph_backend(
         return _compile_stock(fallback_copy, example_inputs, config, compile_id, patches, failure)
     _publish(session, config)
     return compiled
+
+
+def _discard(session: CompileSession, config: CompileConfig, compile_id: str) -> None:
+    """Forget a compile that will be redone: its capture entry and dumps."""
+    from . import profiling
+
+    capture = profiling.current()
+    if capture is not None and session.captured in capture.compiles:
+        capture.compiles.remove(session.captured)
+    if config.dump_dir:
+        dumps.remove_graph_dirs(config.dump_dir, compile_id)
 
 
 def _find_pass_failure(e: BaseException) -> PassFailure | None:

@@ -59,3 +59,21 @@ def find_cause(e: BaseException | None, cls: type[E]) -> E | None:
         e = e.__cause__ or e.__context__
         seen += 1
     return None
+
+
+class BudgetMiss(RuntimeError):
+    """Inductor's buffer plan of the compiled graphs peaks above the memory budget although
+    the planner's prediction was within it. The backend compiles again with the planner
+    keeping ``margin`` bytes below the budget."""
+
+    def __init__(self, margin: int, inductor_peak: int, budget: int):
+        self.margin = margin
+        self.inductor_peak = inductor_peak
+        self.budget = budget
+        super().__init__(f"Inductor's plan peaks at {inductor_peak} bytes, over the budget {budget}; "
+                         f"planning again {margin} bytes below it")
+
+
+class DsgraphBudgetWarning(UserWarning):
+    """Inductor's plan of the compiled graphs peaks above the memory budget even after the
+    second, more conservative plan (the step may use more memory than the budget)."""

@@ -127,6 +127,17 @@ def stage_timelines(stages: dict, saved_names: list[str], external: list[Interva
     return out
 
 
+def inductor_step_peak(fw: GraphPlan, bw: GraphPlan, bw_gm: torch.fx.GraphModule, external: int,
+                       saved_names: list[str]) -> int:
+    """The step's peak by Inductor's own buffer plans of its forward and backward, with
+    ``external`` bytes (parameters, inputs) alive throughout: what the checkpoint planner's
+    prediction is checked against."""
+    bw_fx = fx_plan(bw_gm)
+    bw.input_bytes = dict(bw_fx.input_bytes)  # sizes of inputs come from the FX graph
+    bw.input_expr = dict(bw_fx.input_expr)
+    return stitch(fw, bw, [Interval("start of step", external, 0, 0)], saved_names).peak_bytes
+
+
 def _snapshot(model: torch.nn.Module):
     grads = {p: (p.grad, p.grad.detach().clone() if p.grad is not None else None) for p in model.parameters()}
     buffers = {b: b.detach().clone() for b in model.buffers()}

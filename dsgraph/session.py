@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -23,12 +24,19 @@ from . import compat, dumps, profiling
 from .analysis.inductor_plan import GraphCapture, inductor_plan
 from .analysis.lifetimes import TensorLifetimes
 from .context import CompileConfig, PassContext
-from .errors import PassFailure
+from .errors import BudgetMiss, DsgraphBudgetWarning, PassFailure
 from .manager import run_passes, write_final_dumps
+from .memory import inductor_step_peak
 from .profiling import CapturedCompile, StageGraphs
 from .compile_reports import GraphReport
 from .units import format_bytes
 from .recompute.partition import saved_names
+
+
+# compiles of one graph under a memory budget whose Inductor plan overruns it (each one
+# plans the overruns so far below the budget): the prediction errs by a few percent, so
+# one more compile usually fits
+MAX_COMPILES = 3
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,14 +103,19 @@ def partition_summary(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> tup
 
 
 class CompileSession:
-    def __init__(self, config: CompileConfig, compile_id: str, inductor_patches: dict[str, Any]):
+    def __init__(self, config: CompileConfig, compile_id: str, inductor_patches: dict[str, Any], margin: int = 0,
+                 attempt: int = 1):
         self.config = config
         self.compile_id = compile_id
         self.inductor_patches = inductor_patches
-        self.shared: dict[str, Any] = {}
+        self.margin = margin  # bytes the checkpoint planner keeps below the budget
+        self.attempt = attempt  # compiles of this graph so far, this one included
+        self.shared: dict[str, Any] = {"checkpoint_margin": margin} if margin else {}
         self.reports: list[GraphReport] = []
         # graphs kept for memory timelines (dumps, dsgraph.memory_profile)
         self.stages: dict[str, StageGraphs] = {}
+        self.inductor_plans: dict[str, Any] = {}  # Inductor's buffer plan per stage, under a budget
+        self.forward_input_bytes = 0
         capture = profiling.current()
         self.captured: CapturedCompile | None = None
         if capture is not None:
@@ -154,11 +167,16 @@ class CompileSession:
         if keep_graphs:
             self.stages[stage] = StageGraphs(before, compat.copy_graph_module(gm))
         if self.config.options.inductor:
+            # under a memory budget Inductor's own plan is checked against it (below)
+            check_budget = self.shared.get("checkpoint_plan") is not None and stage in ("forward", "backward")
             try:
-                if keep_graphs:
+                if keep_graphs or check_budget:
                     with GraphCapture().active() as graphs:
                         compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
-                    self.stages[stage].inductor = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
+                    planned = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
+                    if keep_graphs:
+                        self.stages[stage].inductor = planned
+                    self.inductor_plans[stage] = planned
                 else:
                     compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
             except Exception as e:
@@ -167,6 +185,11 @@ class CompileSession:
                     raise  # stock Inductor fails on this graph too: not dsgraph's to hide
                 raise PassFailure(changed[-1], ctx.graph_name, [p.name for p in report.passes][:-1],
                                   RuntimeError(f"Inductor could not compile the graph this pass produced: {e}")) from e
+            if check_budget and stage == "forward":
+                # measured here, not taken from the planner, so the check is independent
+                self.forward_input_bytes = sum(st.nbytes for st in TensorLifetimes(gm).storages if st.is_input)
+            if check_budget and stage == "backward":
+                self._check_budget(gm)
         else:
             compiled = compat.boxed_fx(gm)
         for _, wrapper in ctx.runtime_wrappers:
@@ -176,6 +199,36 @@ class CompileSession:
         report.compile_seconds = time.perf_counter() - start
         self.reports.append(report)
         return compiled
+
+    def _check_budget(self, bw_gm: torch.fx.GraphModule) -> None:
+        """The checkpoint planner predicts Inductor's buffers with ``fused_plan``; here the
+        plans Inductor really made are stitched into the step's peak and held against the
+        budget. An overrun raises ``BudgetMiss``: the backend compiles again with the
+        overruns so far reserved, up to MAX_COMPILES compiles; past that it is a warning."""
+        plan = self.shared["checkpoint_plan"]
+        fw, bw = self.inductor_plans.get("forward"), self.inductor_plans.get("backward")
+        if fw is None or bw is None:
+            return
+        external = self.forward_input_bytes + plan.extra_external
+        peak = inductor_step_peak(fw, bw, bw_gm, external, self.shared.get("saved_names", []))
+        plan.inductor_peak = peak
+        for r in self.reports:
+            if r.kind == "joint":
+                r.memory["checkpoint_inductor_peak"] = peak
+        if peak <= plan.budget:
+            return
+        if self.attempt < MAX_COMPILES:
+            # the next plan keeps below the budget what this plan's prediction erred by (its
+            # prediction was within the budget, so that is at least the overrun), or the
+            # overruns so far, whichever is more, and 1% of the budget: the error changes
+            # from plan to plan
+            error = peak - (plan.predicted_peak - plan.margin)
+            margin = max(error, plan.margin + peak - plan.budget) + plan.budget // 100
+            raise BudgetMiss(margin, peak, plan.budget)
+        warnings.warn(
+            f"dsgraph memory budget {plan.budget} bytes: Inductor's plan of the compiled graphs peaks at "
+            f"{peak} bytes after {self.attempt} compiles, the last planning {plan.margin} bytes below the budget",
+            DsgraphBudgetWarning, stacklevel=2)
 
     def _arena(self, gm: torch.fx.GraphModule, ctx: PassContext, report: GraphReport, step: int):
         """``arena=True`` with FX execution: intermediates at planned offsets in buffers

@@ -63,6 +63,9 @@ def run(gm, ctx: PassContext) -> PassResult:
     # pool is allocated once); the simulation still counts each gradient where the
     # backward makes it, so this errs high by at most the pool's size
     extra = _gradient_bytes(gm, kwargs["num_fwd_outputs"]) if ctx.config.pipeline.get("grad_pool") else 0
-    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra)
+    # a second compile after Inductor's plan overran the budget plans with the overrun
+    # reserved (the session checks Inductor's plan against the budget, see session.py)
+    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra,
+                           margin=ctx.shared.get("checkpoint_margin", 0))
     apply_checkpoint(plan, ctx)
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions), stats=plan.stats())

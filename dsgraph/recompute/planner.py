@@ -76,6 +76,9 @@ class CheckpointPlan:
     solver_seconds: float
     analysis_seconds: float
     simulations: int
+    extra_external: int = 0  # bytes alive through the step besides the primals (the gradient pool)
+    margin: int = 0  # bytes planned below the budget (a second compile)
+    inductor_peak: int | None = None  # the step's peak by Inductor's plans, once compiled
     forward: GraphModule | None = field(default=None, repr=False)
     backward: GraphModule | None = field(default=None, repr=False)
 
@@ -90,7 +93,7 @@ class CheckpointPlan:
             "saved_bytes": self.saved_bytes, "recompute_ms": round(self.recompute_seconds * 1e3, 3),
             "segments": self.segments, "recomputed_segments": len(self.regions),
             "frontier_points": len(self.frontier), "solver_ms": round(self.solver_seconds * 1e3, 1),
-            "simulations": self.simulations,
+            "simulations": self.simulations, "margin": self.margin, "inductor_peak": self.inductor_peak,
         }
 
     def text(self) -> str:
@@ -122,8 +125,11 @@ def stock_saved(gm: GraphModule, joint_inputs, kwargs: dict) -> set[str]:
 
 def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
-    extra_external: int = 0, resolution: int | None = None,
+    extra_external: int = 0, resolution: int | None = None, margin: int = 0,
 ) -> CheckpointPlan:
+    """``extra_external``: bytes alive through the step besides the graph's primals (the
+    gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
+    Inductor's plan of the first overran it)."""
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
@@ -133,7 +139,7 @@ def plan_checkpoint(
     prefix, segments = build_segments(joint, stock, costs)
     spans = build_spans(joint, segments, costs)
     options_at = [seg.options + [s.option for s in spans.get(k, ())] for k, seg in enumerate(segments)]
-    external = external_bytes(joint) + extra_external
+    external = external_bytes(joint) + extra_external + margin
     terms, const, sims, first_in = measure_terms(joint, prefix, segments, static, external, spans)
     t0 = time.perf_counter()
     total = sum(max(t.saved + t.carried_in for t in row) for row in terms) or 1
@@ -192,7 +198,7 @@ def plan_checkpoint(
             smallest,
         )
     return _describe(chosen, sim, budget, joint, segments, options_at, sims["keep"], points, solver_seconds,
-                     time.perf_counter() - start, len(cache), gap)
+                     time.perf_counter() - start, len(cache), gap, extra_external, margin)
 
 
 def walk(options_at: list[list], point: Point):
@@ -218,7 +224,7 @@ def _model_gap(points: list[Point], simulated) -> int:
 
 def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, segments: list[Segment],
               options_at: list[list], stock: Simulation, points: list[Point], solver_seconds: float, seconds: float,
-              simulations: int, gap: int) -> CheckpointPlan:
+              simulations: int, gap: int, extra_external: int, margin: int) -> CheckpointPlan:
     steps = list(walk(options_at, point))
     carried = {segments[pos].carried for pos, option in steps if option.policy != "keep"}
     by_name = {n.name: n for n in joint.gm.graph.nodes}
@@ -256,5 +262,6 @@ def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, seg
         simulated_peak=sim.peak, stock_peak=stock.peak, recompute_seconds=seconds_total,
         saved=saved, regions=regions, frontier=[(p.peak, p.seconds) for p in points],
         segments=len(segments), solver_seconds=solver_seconds, analysis_seconds=seconds,
-        simulations=simulations, forward=sim.forward, backward=sim.backward,
+        simulations=simulations, extra_external=extra_external, margin=margin, forward=sim.forward,
+        backward=sim.backward,
     )
