@@ -151,13 +151,15 @@ def _budget_error(model, inputs):
 def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
     """Measured peak of a steady step within budget x 1.05; gradients within the fp32 rule.
 
-    The model is sized so that activations fill the budget: on the small test GPT the H200
-    (torch 2.11) measured 79 MB against a 5.9 MB budget, memory outside the graphs (most
-    likely the cuBLAS workspaces, which torch takes from the caching allocator) that the
-    budget does not cover. The small GPT still checks gradients under a tight budget."""
-    cfg = GPTConfig(vocab=8192, seq=512, layers=4, heads=8, dim=1024)
+    The model is sized so that activations fill the budget (gigabytes): on the small test
+    GPT the H200 (torch 2.11) measured 79 MB against a 5.9 MB budget, memory outside the
+    graphs (most likely the CUDA libraries' workspaces, 60 to 70 MB on the benchmarks) that
+    the budget does not cover. The small GPT still checks gradients under a tight budget.
+    The report's ``checkpoint_inductor_peak`` (Inductor's own plan, checked by the session)
+    must be within the budget too."""
+    cfg = GPTConfig(vocab=32768, seq=1024, layers=4, heads=8, dim=1024)
     torch.manual_seed(2)
-    model, inputs = GPT(cfg).cuda(), gpt_inputs(cfg, 16, "cuda", seed=2)
+    model, inputs = GPT(cfg).cuda(), gpt_inputs(cfg, 8, "cuda", seed=2)
     smallest = _budget_error(model, inputs)
     budget = smallest * 3 // 2
     torch._dynamo.reset()
@@ -172,6 +174,7 @@ def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
     assert torch.cuda.max_memory_allocated() <= budget * 1.05
     plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
     assert plan["checkpoint_recomputed_segments"] > 0 and plan["checkpoint_predicted_peak"] <= budget
+    assert plan["checkpoint_inductor_peak"] <= budget
     small, small_inputs = model_and_inputs(2)
     budget = _budget_error(small, small_inputs) * 11 // 10
     check_training_step(small, small_inputs, {"memory_budget": budget, "fallback": "error"})
