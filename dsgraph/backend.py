@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import compat, compile_reports, dumps
+from . import compat, compile_reports, dumps, profiling
 from .context import CompileConfig
 from .errors import BudgetMiss, PassFailure, find_cause
 from .options import Options, validate_options
@@ -109,8 +109,6 @@ def dsgraph_backend(
 
 def _discard(session: CompileSession, config: CompileConfig, compile_id: str) -> None:
     """Forget a compile that will be redone: its capture entry and dumps."""
-    from . import profiling
-
     capture = profiling.current()
     if capture is not None and session.captured in capture.compiles:
         capture.compiles.remove(session.captured)

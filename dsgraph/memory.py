@@ -21,7 +21,7 @@ import sympy
 import torch
 
 from . import profiling
-from .analysis.fused_plan import fused_plan
+from .analysis.fused_plan import fused_step
 from .analysis.plan import GraphPlan, fx_plan
 from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry, stitch
 from .pool import pool_tensors
@@ -95,14 +95,30 @@ def step_timelines(captured: CapturedCompile, external: list[Interval], which: s
     return stage_timelines(captured.stages, captured.saved_names, external, which)
 
 
-def graph_inputs_external(stages: dict) -> list[Interval]:
-    """Without the model at hand (dumps): what the forward receives stands for what exists
-    at the start of the step (its parameters, buffers and inputs; each storage once)."""
+def inputs_external(fw_gm: torch.fx.GraphModule) -> list[Interval]:
+    """What a forward graph receives (parameters, buffers, inputs; each storage once), as
+    memory that exists for the whole step."""
     from .analysis.lifetimes import TensorLifetimes
 
-    fw = stages.get("forward") or stages.get("inference")
-    lifetimes = TensorLifetimes(fw.after)
+    lifetimes = TensorLifetimes(fw_gm)
     return [Interval(f"input:{s.name}", s.nbytes, 0, 0, s.nbytes_expr) for s in lifetimes.storages if s.is_input]
+
+
+def graph_inputs_external(stages: dict) -> list[Interval]:
+    """Without the model at hand (dumps): what the forward receives stands for what exists
+    at the start of the step."""
+    fw = stages.get("forward") or stages.get("inference")
+    return inputs_external(fw.after)
+
+
+def inductor_timeline(fw: GraphPlan, bw: GraphPlan | None, bw_fx: GraphPlan | None, external: list[Interval],
+                      saved_names: list[str]) -> MemoryTimeline:
+    """The step by Inductor's own buffer plans of its forward and backward. Inductor's plan
+    does not size the backward's inputs; they come from the backward's FX plan ``bw_fx``."""
+    if bw is not None and bw_fx is not None:
+        bw.input_bytes = dict(bw_fx.input_bytes)
+        bw.input_expr = dict(bw_fx.input_expr)
+    return stitch(fw, bw, external, saved_names)
 
 
 def stage_timelines(stages: dict, saved_names: list[str], external: list[Interval], which: str = "after") -> dict[str, MemoryTimeline]:
@@ -112,30 +128,14 @@ def stage_timelines(stages: dict, saved_names: list[str], external: list[Interva
         raise ValueError("no forward graph was captured")
     fw_gm = fw.after if which == "after" else fw.before
     bw_gm = (bw.after if which == "after" else bw.before) if bw is not None else None
-    fw_fx = fx_plan(fw_gm)
     bw_fx = fx_plan(bw_gm) if bw_gm is not None else None
-    out = {"fx": stitch(fw_fx, bw_fx, external, saved_names)}
-    saved = set(saved_names)
+    out = {"fx": stitch(fx_plan(fw_gm), bw_fx, external, saved_names)}
     # what the checkpoint planner predicts before Inductor compiles (fusion rule of thumb)
-    out["fused"] = stitch(fused_plan(fw_gm), fused_plan(bw_gm, donated=lambda name: name in saved) if bw_gm is not None else None, external, saved_names)
+    out["fused"] = fused_step(fw_gm, bw_gm, external, saved_names)
     if which == "after" and fw.inductor is not None and (bw is None or bw.inductor is not None):
-        bw_ind = bw.inductor if bw is not None else None
-        if bw_ind is not None and bw_fx is not None:
-            bw_ind.input_bytes = dict(bw_fx.input_bytes)  # sizes of inputs come from the FX graph
-            bw_ind.input_expr = dict(bw_fx.input_expr)
-        out["inductor"] = stitch(fw.inductor, bw_ind, external, saved_names)
+        out["inductor"] = inductor_timeline(fw.inductor, bw.inductor if bw is not None else None, bw_fx,
+                                            external, saved_names)
     return out
-
-
-def inductor_step_peak(fw: GraphPlan, bw: GraphPlan, bw_gm: torch.fx.GraphModule, external: int,
-                       saved_names: list[str]) -> int:
-    """The step's peak by Inductor's own buffer plans of its forward and backward, with
-    ``external`` bytes (parameters, inputs) alive throughout: what the checkpoint planner's
-    prediction is checked against."""
-    bw_fx = fx_plan(bw_gm)
-    bw.input_bytes = dict(bw_fx.input_bytes)  # sizes of inputs come from the FX graph
-    bw.input_expr = dict(bw_fx.input_expr)
-    return stitch(fw, bw, [Interval("start of step", external, 0, 0)], saved_names).peak_bytes
 
 
 def _snapshot(model: torch.nn.Module):

@@ -26,7 +26,9 @@ from .analysis.lifetimes import TensorLifetimes
 from .context import CompileConfig, PassContext
 from .errors import BudgetMiss, DsgraphBudgetWarning, PassFailure
 from .manager import run_passes, write_final_dumps
-from .memory import inductor_step_peak
+from .analysis.plan import fx_plan
+from .analysis.timeline import Interval
+from .memory import inductor_timeline, inputs_external
 from .profiling import CapturedCompile, StageGraphs
 from .compile_reports import GraphReport
 from .units import format_bytes
@@ -108,14 +110,13 @@ class CompileSession:
         self.config = config
         self.compile_id = compile_id
         self.inductor_patches = inductor_patches
-        self.margin = margin  # bytes the checkpoint planner keeps below the budget
         self.attempt = attempt  # compiles of this graph so far, this one included
         self.shared: dict[str, Any] = {"checkpoint_margin": margin} if margin else {}
         self.reports: list[GraphReport] = []
         # graphs kept for memory timelines (dumps, dsgraph.memory_profile)
         self.stages: dict[str, StageGraphs] = {}
         self.inductor_plans: dict[str, Any] = {}  # Inductor's buffer plan per stage, under a budget
-        self.forward_input_bytes = 0
+        self.forward_inputs: list = []  # the forward's inputs, as step-long memory (under a budget)
         capture = profiling.current()
         self.captured: CapturedCompile | None = None
         if capture is not None:
@@ -187,7 +188,7 @@ class CompileSession:
                                   RuntimeError(f"Inductor could not compile the graph this pass produced: {e}")) from e
             if check_budget and stage == "forward":
                 # measured here, not taken from the planner, so the check is independent
-                self.forward_input_bytes = sum(st.nbytes for st in TensorLifetimes(gm).storages if st.is_input)
+                self.forward_inputs = inputs_external(gm)
             if check_budget and stage == "backward":
                 self._check_budget(gm)
         else:
@@ -209,8 +210,8 @@ class CompileSession:
         fw, bw = self.inductor_plans.get("forward"), self.inductor_plans.get("backward")
         if fw is None or bw is None:
             return
-        external = self.forward_input_bytes + plan.extra_external
-        peak = inductor_step_peak(fw, bw, bw_gm, external, self.shared.get("saved_names", []))
+        external = self.forward_inputs + [Interval("gradient pool", plan.extra_external, 0, 0)]
+        peak = inductor_timeline(fw, bw, fx_plan(bw_gm), external, self.shared.get("saved_names", [])).peak_bytes
         plan.inductor_peak = peak
         for r in self.reports:
             if r.kind == "joint":

@@ -11,6 +11,7 @@ ops are never recomputed (their outputs are saved).
 
 from __future__ import annotations
 
+from dsgraph.analysis.lifetimes import bytes_of
 from dsgraph.context import PassContext, PassResult
 from dsgraph.recompute.planner import CheckpointPlan, plan_checkpoint
 from dsgraph.registry import PassSpec
@@ -41,8 +42,6 @@ def apply_checkpoint(plan: CheckpointPlan, ctx: PassContext) -> None:
 
 
 def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
-    from dsgraph.recompute.segments import bytes_of
-
     out = gm.graph.output_node().args[0]
     grads = [o for o in list(out)[num_fwd_outputs:] if o is not None]
     return bytes_of(grads)

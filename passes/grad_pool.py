@@ -35,11 +35,14 @@ graph where counts, shapes or dtypes do not line up is refused (the failure poli
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 from torch.fx import GraphModule, Node
 
+from dsgraph import compat
 from dsgraph.context import PassContext, PassResult
 from dsgraph.ops import ADDMM_INTO, MM_INTO
 from dsgraph.pool import MANAGER, PooledBackward, Slot
@@ -83,11 +86,14 @@ class PoolPlan:
         return "\n".join(lines)
 
 
+def _row_major(slot: Slot) -> bool:
+    return tuple(slot.stride) == tuple(make_contiguous_strides_for(slot.shape))
+
+
 def _writes_whole_slot_by_mm(node: Node, slot: Slot) -> bool:
     if node.target is not torch.ops.aten.mm.default or len(node.users) != 1:
         return False
-    contiguous = tuple(torch.empty(slot.shape, device="meta").stride())
-    return slot.stride == contiguous and tuple(node.meta["val"].shape) == slot.shape
+    return _row_major(slot) and tuple(node.meta["val"].shape) == slot.shape
 
 
 def _addmm_parts(node: Node, slot: Slot) -> tuple[Node, Node] | None:
@@ -124,10 +130,9 @@ def _zeros_scattered(node: Node, slot: Slot) -> bool:
         return False
     if base.args[1] != 0:
         return False
-    contiguous = tuple(torch.empty(slot.shape, device="meta").stride())
     val = base.meta.get("val")
     return (isinstance(val, torch.Tensor) and tuple(val.shape) == slot.shape and val.dtype == slot.key[1]
-            and slot.stride == contiguous)
+            and _row_major(slot))
 
 
 def _how(node: Node, slot: Slot, inductor: bool) -> str:
@@ -187,19 +192,23 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
         slot_inputs.append(cursor)
     out_node = graph.output_node()
     outputs = list(out_node.args[0])
+    replaced: list[Node] = []  # nodes the writes into slots take the place of, users first
     for entry, slot_input in zip(plan.entries, slot_inputs):
         producer = by_name[entry.node]
         # right after the producer, so its inputs and the gradient die as early as before
         with graph.inserting_after(producer):
             if entry.how == "mm_into":
                 graph.call_function(MM_INTO, (slot_input, *producer.args))
+                replaced.append(producer)
             elif entry.how == "addmm_into":
-                bias, mm = _addmm_parts(producer, slot)
+                bias, mm = _addmm_parts(producer, entry.slot)
                 graph.call_function(ADDMM_INTO, (slot_input, bias, *mm.args))
+                replaced += [producer, mm]
             elif entry.how == "scatter_into":
                 # the scatter adds into the slot itself; Inductor turns the functional
                 # scatter plus copy_ back into one in-place scatter kernel
                 total = graph.call_function(producer.target, (slot_input, *producer.args[1:]), dict(producer.kwargs))
+                replaced += [producer, producer.args[0]]
             else:
                 total = graph.call_function(torch.ops.aten.add.Tensor, (slot_input, producer))
         if not entry.overwrites:
@@ -213,18 +222,8 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
     visible = out_node.meta.get("user_visible_output_idxs")
     if visible is not None:
         out_node.meta["user_visible_output_idxs"] = [i for i in visible if isinstance(outputs[i], Node)]
-    for entry in plan.entries:
-        producer = by_name[entry.node]
-        if entry.how == "addmm_into":
-            mm = _addmm_parts(producer, entry.slot)[1]
-            graph.erase_node(producer)
-            graph.erase_node(mm)
-        elif entry.how == "mm_into":
-            graph.erase_node(producer)
-        elif entry.how == "scatter_into":
-            base = producer.args[0]
-            graph.erase_node(producer)
-            graph.erase_node(base)
+    for node in replaced:
+        graph.erase_node(node)
     return gm, fakes
 
 
@@ -233,17 +232,15 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     if params is None:
         raise ValueError("grad_pool needs the parameters behind the graph's inputs (Dynamo did not record them)")
     plan = plan_pool(gm, params, inductor=ctx.config.options.inductor)
-    stats = {"pooled": len(plan.entries), "mm_into": sum(e.how == "mm_into" for e in plan.entries),
-             "addmm_into": sum(e.how == "addmm_into" for e in plan.entries),
-             "scatter_into": sum(e.how == "scatter_into" for e in plan.entries),
-             "copies": sum(e.how == "copy" for e in plan.entries),
+    how = Counter(e.how for e in plan.entries)
+    stats = {"pooled": len(plan.entries), "mm_into": how["mm_into"], "addmm_into": how["addmm_into"],
+             "scatter_into": how["scatter_into"], "copies": how["copy"],
              "pooled_bytes": sum(e.slot.numel * e.slot.key[1].itemsize for e in plan.entries)}
     if not plan.entries:
         return PassResult(gm, changed=False, stats=stats)
     from torch._guards import detect_fake_mode
 
-    fake_mode = detect_fake_mode(ctx.example_inputs) or detect_fake_mode(
-        [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
+    fake_mode = detect_fake_mode(ctx.example_inputs) or compat.fake_mode_of(gm)
     gm, fakes = apply_pool(gm, plan, fake_mode)
     ctx.example_inputs.extend(fakes)
     ctx.register_runtime_wrapper(PooledBackward(MANAGER, [e.slot for e in plan.entries],

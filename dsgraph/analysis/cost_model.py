@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_map
 
 from .. import compat
 from .base import Analysis
-from .lifetimes import is_view, tensor_bytes, tensor_values
+from .lifetimes import is_view, node_bytes, tensor_bytes, tensor_values
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def node_bytes_moved(node: Node) -> int:
     if node.op != "call_function" or is_view(node):
         return 0
     read = sum(tensor_bytes(t) for a in node.all_input_nodes for _, t in tensor_values(a.meta.get("val")))
-    written = sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))
+    written = node_bytes(node)
     return read + written
 
 

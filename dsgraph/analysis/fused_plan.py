@@ -25,6 +25,7 @@ from torch.fx import GraphModule, Node
 
 from .lifetimes import TensorLifetimes, is_view
 from .plan import Block, GraphPlan
+from .timeline import Interval, MemoryTimeline, stitch
 
 # ops Inductor lowers as (inlinable) pointwise loops although torch does not tag them so
 _INLINED = {
@@ -33,6 +34,9 @@ _INLINED = {
     "select_scatter", "inductor_random", "inductor_lookup_seed", "expand", "alias", "copy", "masked_fill",
     "convert_element_type", "fma", "_unsafe_index", "lift_fresh_copy",
 }
+
+
+_REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", "all", "argmax", "argmin"}
 
 
 def op_name(node: Node) -> str:
@@ -149,8 +153,6 @@ def fused_plan(gm: GraphModule, donated=lambda name: False) -> GraphPlan:
                 plan.input_last_use[owner] = end if stop is None else max(stop, plan.input_last_use[owner])
                 if stop is not None:
                     free_at.setdefault(stop, []).append(("input", owner, block.nbytes, members))
-                if stop is None:
-                    plan.input_bytes[owner] = plan.input_bytes[owner]  # lives to the end
                 continue
             owner.end = stop
             owner.outputs = owner.outputs + outputs
@@ -195,5 +197,10 @@ def _reads_in_place(root: Node, members: set[Node], mat: set[Node]) -> bool:
     return found
 
 
-_REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", "all", "argmax", "argmin"}
-
+def fused_step(fw: GraphModule, bw: GraphModule | None, external: list[Interval], saved_names: list[str]) -> MemoryTimeline:
+    """The step's memory as Inductor would run its forward and backward. The backward may
+    write into a saved activation's buffer once it is dead (the activations are handed to
+    it), never into a primal's: the caller holds parameters and inputs."""
+    donated = {n for n in saved_names if not n.startswith("primals")}
+    bw_plan = fused_plan(bw, donated=donated.__contains__) if bw is not None else None
+    return stitch(fused_plan(fw), bw_plan, external, saved_names)

@@ -91,6 +91,45 @@ def _return_aliases(op: torch._ops.OpOverload) -> tuple[str | None, ...]:
     return tuple(out)
 
 
+def node_bytes(node: Node) -> int:
+    """Bytes of the tensor(s) a node produces, as seen through the node (views included)."""
+    return sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))
+
+
+def storage_key(node: Node):
+    """What identifies the storage behind a node's value (its fake storage), so that views
+    of one tensor count once; a node without a tensor storage is its own key."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        try:
+            return ("storage", val.untyped_storage()._cdata)
+        except Exception:
+            pass
+    return ("node", node)
+
+
+def storage_nbytes(node: Node) -> int:
+    """Bytes of the whole storage behind a node's value (not only the part a view sees)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    try:
+        return int(compat.size_hint(val.untyped_storage().nbytes()))
+    except Exception:
+        return tensor_bytes(val)
+
+
+def bytes_of(nodes, exclude=frozenset()) -> int:
+    """Bytes of the storages behind ``nodes``, each storage once, except the storages in
+    ``exclude`` (a saved transpose of a weight is the weight: it costs nothing more)."""
+    seen: dict = {}
+    for n in nodes:
+        key = storage_key(n)
+        if key not in exclude:
+            seen.setdefault(key, storage_nbytes(n))
+    return sum(seen.values())
+
+
 def is_view(node: Node) -> bool:
     """A node whose output aliases an input: a getitem, or an op whose schema returns an
     alias (``Tensor(a)``) and mutates nothing."""
@@ -306,7 +345,7 @@ class TensorLifetimes(Analysis):
 
     def node_bytes(self, node: Node) -> int:
         """Bytes of the tensor(s) the node produces, as seen through the node (views included)."""
-        return sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))
+        return node_bytes(node)
 
     def allocated_by(self, node: Node) -> int:
         """Bytes the node newly allocates (0 for views, in-place ops and inputs)."""

@@ -28,7 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..analysis.fused_plan import materialized, op_name
-from ..analysis.lifetimes import tensor_bytes, tensor_values
+from ..analysis.lifetimes import node_bytes, storage_key
 
 
 def _is_tangent(node: Node) -> bool:
@@ -49,10 +49,6 @@ def _is_seeded(node: Node) -> bool:
             value = node.kwargs.get("dropout_p", node.args[i] if i < len(node.args) else arg.default_value)
             return not (isinstance(value, (int, float)) and value == 0)
     return True
-
-
-def node_bytes(node: Node) -> int:
-    return sum(tensor_bytes(t) for _, t in tensor_values(node.meta.get("val")))
 
 
 @dataclass
@@ -124,8 +120,6 @@ class JointGraph:
         joint.position = {n: i for i, n in enumerate(forward)}
         joint.order = index
         joint.unreproducible = {n for n in random if _is_seeded(n) or op_name(n) in _INDUCTOR_RANDOM}
-        from .segments import storage_key
-
         joint.primal_storages = frozenset(storage_key(p) for p in primals)
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))
@@ -148,7 +142,7 @@ class JointGraph:
             val, ins = n.meta.get("val"), [a for a in n.all_input_nodes if a in base]
             if isinstance(val, torch.Tensor) and len(ins) == 1:
                 src = ins[0].meta.get("val")
-                if isinstance(src, torch.Tensor) and _same_storage(val, src):
+                if isinstance(src, torch.Tensor) and storage_key(n) == storage_key(ins[0]):
                     base[n] = base[ins[0]]
         last_fw_use: dict[Node, int] = {}
         for i, n in enumerate(self.forward):
@@ -189,9 +183,3 @@ def _ancestors(roots, backward: set[Node]) -> set[Node]:
         stack.extend(n.all_input_nodes)
     return out
 
-
-def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    try:
-        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
-    except Exception:
-        return False

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from torch.fx import GraphModule, Node
 
-from ..analysis.fused_plan import fused_plan
-from ..analysis.timeline import Interval, MemoryTimeline, stitch
+from ..analysis.fused_plan import fused_step
+from ..analysis.lifetimes import bytes_of
+from ..analysis.timeline import Interval, MemoryTimeline
 from .joint import JointGraph
 from .partition import partition, saved_names
-from .segments import POLICIES, Segment, bytes_of
+from .segments import POLICIES, Segment, options_by_position
 from .solver import Terms, charges
 
 
@@ -48,11 +49,7 @@ def external_bytes(joint: JointGraph) -> int:
 def simulate(joint: JointGraph, saved: list[Node], static_input_indices, external: int) -> Simulation:
     fw, bw = partition(joint, saved, static_input_indices)
     names = saved_names(bw)
-    donated = {n for n in names if not n.startswith("primals")}  # primals are held by the caller
-    timeline = stitch(
-        fused_plan(fw), fused_plan(bw, donated=donated.__contains__),
-        [Interval("start of step", external, 0, 0)], names,
-    )
+    timeline = fused_step(fw, bw, [Interval("start of step", external, 0, 0)], names)
     return Simulation(names, timeline, fw, bw)
 
 
@@ -125,7 +122,7 @@ def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], s
     by_name = {n.name: n for n in joint.gm.graph.nodes}
     bw_seg = _backward_segments(joint, seg_of_pos)
     m = len(segments)
-    options_at = [seg.options + [sp.option for sp in spans.get(k, ())] for k, seg in enumerate(segments)]
+    options_at = options_by_position(segments, spans)
     rows = [[Terms(o.own_bytes, 0, 0, o.seconds, seg.carried_bytes, o.saves_in, o.saves_out, o.length)
              for o in options_at[k]] for k, seg in enumerate(segments)]
     found: dict[tuple[int, int], tuple[int, int]] = {}

@@ -16,6 +16,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .. import compat
+from ..analysis.lifetimes import storage_nbytes
 from .joint import JointGraph
 
 
@@ -69,8 +70,6 @@ def _save_random(joint: JointGraph, node: Node) -> bool:
     random numbers it compares, but the mask rather than the float scale made from it."""
     if node in joint.unreproducible:
         return True
-    from .segments import storage_nbytes
-
     mine = storage_nbytes(node)
     for a in node.all_input_nodes:
         if a in joint.random:

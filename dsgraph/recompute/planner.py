@@ -32,12 +32,13 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from ..analysis.cost_model import CostModel
+from ..analysis.lifetimes import storage_key, storage_nbytes
 from ..errors import BudgetError
 from ..units import format_bytes
 from .joint import JointGraph
 from .model import Simulation, external_bytes, measure_terms, simulate
 from .partition import saved_names
-from .segments import Segment, build_segments, build_spans, is_expensive, storage_key, storage_nbytes
+from .segments import Segment, build_segments, build_spans, is_expensive, options_by_position
 from .solver import Point, evaluate, pareto_dp
 
 MAX_SIMULATIONS = 64  # frontier points checked by simulation before giving up on a budget
@@ -138,7 +139,7 @@ def plan_checkpoint(
     costs = CostModel(gm)
     prefix, segments = build_segments(joint, stock, costs)
     spans = build_spans(joint, segments, costs)
-    options_at = [seg.options + [s.option for s in spans.get(k, ())] for k, seg in enumerate(segments)]
+    options_at = options_by_position(segments, spans)
     external = external_bytes(joint) + extra_external + margin
     terms, const, sims, first_in = measure_terms(joint, prefix, segments, static, external, spans)
     t0 = time.perf_counter()

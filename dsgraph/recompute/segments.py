@@ -25,12 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 from torch.fx import Node
 
-from .. import compat
 from ..analysis.cost_model import CostModel, node_flops
-from ..analysis.lifetimes import is_view
+from ..analysis.lifetimes import bytes_of, is_view, storage_key
 from .joint import JointGraph
 from .partition import closure
 
@@ -63,39 +61,6 @@ class Segment:
 
     def option(self, policy: str) -> Option | None:
         return next((o for o in self.options if o.policy == policy), None)
-
-
-def storage_key(node: Node):
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        try:
-            return ("storage", val.untyped_storage()._cdata)
-        except Exception:
-            pass
-    return ("node", node)
-
-
-def storage_nbytes(node: Node) -> int:
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return 0
-    try:
-        return int(compat.size_hint(val.untyped_storage().nbytes()))
-    except Exception:
-        from ..analysis.lifetimes import tensor_bytes
-
-        return tensor_bytes(val)
-
-
-def bytes_of(nodes, exclude=frozenset()) -> int:
-    """Bytes of the storages behind ``nodes``, each storage once, except the storages in
-    ``exclude`` (a saved transpose of a weight is the weight: it costs nothing more)."""
-    seen: dict = {}
-    for n in nodes:
-        key = storage_key(n)
-        if key not in exclude:
-            seen.setdefault(key, storage_nbytes(n))
-    return sum(seen.values())
 
 
 def is_expensive(node: Node) -> bool:
@@ -203,3 +168,9 @@ def build_spans(joint: JointGraph, segments: list[Segment], costs: CostModel, ma
             option.length = b - a
             out.setdefault(a, []).append(Span(a, b, option))
     return out
+
+
+def options_by_position(segments: list[Segment], spans: dict[int, list[Span]]) -> list[list[Option]]:
+    """Every option starting at each segment: the segment's own, then its spans (the order
+    the peak model's terms and the solver's choices index)."""
+    return [seg.options + [sp.option for sp in spans.get(k, ())] for k, seg in enumerate(segments)]

@@ -13,7 +13,8 @@ from dsgraph.recompute.joint import JointGraph
 from dsgraph.recompute.model import measure_terms, external_bytes
 from dsgraph.recompute.partition import closure
 from dsgraph.recompute.planner import plan_checkpoint, stock_saved
-from dsgraph.recompute.segments import build_segments, build_spans, bytes_of
+from dsgraph.analysis.lifetimes import bytes_of
+from dsgraph.recompute.segments import build_segments, build_spans
 from dsgraph.recompute.solver import exhaustive, pareto_dp
 from dsgraph.analysis.cost_model import CostModel
 
