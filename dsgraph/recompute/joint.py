@@ -71,6 +71,9 @@ class JointGraph:
     backward_reads: list[Node] = field(default_factory=list)  # non-backward nodes the backward reads
     held: set[Node] = field(default_factory=set)  # nodes Inductor would write to memory (fused_plan.materialized)
     order: dict[Node, int] = field(default_factory=dict)  # every node -> its index in the graph
+    # values a segment's ``keep`` option counts on without saving -> the last piece that
+    # does (set by ``segments.build_segments``)
+    keep_needs: dict[Node, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int]) -> "JointGraph":

@@ -82,33 +82,46 @@ def _backward_segments(joint: JointGraph, seg_of_pos) -> dict[str, int | None]:
 
 def _plans(segments: list[Segment], spans: dict) -> list[tuple[str, list[tuple[int, int]]]]:
     """The simulated plans: one per policy (every segment at that option, or ``keep`` when
-    it has none) and, for each span length L and offset o, spans of length L from segment o
-    on (``keep`` elsewhere). Each plan is a path of (segment, option index)."""
+    it has none) and, for each kind of span (policy and length), spans of that kind side by
+    side from the first segment whose span of that kind no plan holds yet, ``keep``
+    elsewhere, until every span is in a plan (a kind every segment has takes one plan per
+    offset; a ``span-cheap`` exists only where a span holds an expensive op, and a fixed
+    offset would skip some). Each plan is a path of (segment, option index)."""
     plans = []
     for policy in POLICIES:
         plans.append((policy, [(k, seg.options.index(seg.option(policy) or seg.options[0]))
                                for k, seg in enumerate(segments)]))
-    lengths = sorted({sp.stop - sp.start for row in spans.values() for sp in row})
-    for length in lengths:
-        for offset in range(length):
+    kinds = sorted({(sp.option.policy, sp.stop - sp.start) for row in spans.values() for sp in row})
+    for policy, length in kinds:
+        pending = {k for k in spans if _span_index(segments, spans, k, policy, length) is not None}
+        while pending:
+            first = min(pending)
             path, k = [], 0
             while k < len(segments):
-                index = _span_index(segments, spans, k, length) if k >= offset else None
+                index = _span_index(segments, spans, k, policy, length) if k >= first else None
                 if index is not None:
                     path.append((k, index))
+                    pending.discard(k)
                     k += length
                 else:
                     path.append((k, segments[k].options.index(segments[k].option("keep") or segments[k].options[0])))
                     k += 1
-            plans.append((f"span{length}+{offset}", path))
+            plans.append((f"{policy}{length}+{first}", path))
     return plans
 
 
-def _span_index(segments, spans, k, length):
+def _span_index(segments, spans, k, policy, length):
     for j, sp in enumerate(spans.get(k, ())):
-        if sp.stop - sp.start == length:
+        if sp.option.policy == policy and sp.stop - sp.start == length:
             return len(segments[k].options) + j
     return None
+
+
+def _native(option, plan_name: str) -> bool:
+    """Is ``plan_name`` the simulated plan this option's terms come from?"""
+    if option.length == 1:
+        return option.policy == plan_name
+    return plan_name.startswith(f"{option.policy}{option.length}+")
 
 
 def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], static_input_indices,
@@ -140,8 +153,7 @@ def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], s
         for (k, i), charge in zip(path, charges(rows, tuple(i for _, i in path), first_in)):
             option = options_at[k][i]
             covered = range(k, k + option.length)
-            native = option.policy == name or (option.length > 1 and name.startswith("span"))
-            if native:
+            if _native(option, name):
                 fws = [fw_peak[j] for j in covered if fw_peak[j] is not None]
                 bws = [bw_peak[j] for j in covered if bw_peak[j] is not None]
                 found[(k, i)] = (max(fws) - before if fws else 0, max(bws) - before - charge if bws else 0)

@@ -27,13 +27,15 @@ class Closure:
     forced: list[Node]  # random nodes saved because they cannot be recomputed
 
 
-def closure(joint: JointGraph, saved: Iterable[Node]) -> Closure:
-    """What the backward needs when it receives exactly ``saved`` (plus primals and tangents)."""
+def closure(joint: JointGraph, saved: Iterable[Node], also_needed: Iterable[Node] = ()) -> Closure:
+    """What the backward needs when it receives exactly ``saved`` (plus primals and tangents).
+    ``also_needed``: forward values the backward must have besides those it reads itself
+    (a segment's option provides the values later segments recompute from)."""
     keep = set(saved)
     recomputed: set[Node] = set()
     forced: set[Node] = set()
     primals_needed: set[Node] = set()
-    stack = list(joint.backward_reads)
+    stack = list(joint.backward_reads) + list(also_needed)
     seen: set[Node] = set()
     while stack:
         n = stack.pop()

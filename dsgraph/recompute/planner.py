@@ -37,7 +37,7 @@ from ..errors import BudgetError
 from ..units import format_bytes
 from .joint import JointGraph
 from .model import Simulation, external_bytes, measure_terms, simulate
-from .partition import saved_names
+from .partition import closure, saved_names
 from .segments import Segment, build_segments, build_spans, is_expensive, options_by_position
 from .solver import Point, evaluate, pareto_dp
 
@@ -69,7 +69,7 @@ class CheckpointPlan:
     model_gap: int  # bytes the model was found to err low by (0 when the stock partition fits)
     simulated_peak: int
     stock_peak: int  # simulated peak of the stock partition (nothing extra recomputed)
-    recompute_seconds: float
+    recompute_seconds: float  # CostModel time of everything the partition recomputes
     saved: list[SavedTensor]
     regions: list[Region]  # recomputed regions (segments not kept as stock)
     frontier: list[tuple[int, float]]  # (model peak, seconds) of the whole frontier
@@ -138,7 +138,7 @@ def plan_checkpoint(
     stock = {n for n in joint.forward if n.name in names}
     costs = CostModel(gm)
     prefix, segments = build_segments(joint, stock, costs)
-    spans = build_spans(joint, segments, costs)
+    spans = build_spans(joint, segments, costs, stock_saved=stock)
     options_at = options_by_position(segments, spans)
     external = external_bytes(joint) + extra_external + margin
     terms, const, sims, first_in = measure_terms(joint, prefix, segments, static, external, spans)
@@ -198,8 +198,12 @@ def plan_checkpoint(
             f"({format_bytes(smallest)})",
             smallest,
         )
+    # what the partition recomputes, all options together (the model's sum can differ by
+    # weight casts an option counts on and no option saves, or that two options both count)
+    recomputed = closure(joint, saved_of(chosen)).recomputed
     return _describe(chosen, sim, budget, joint, segments, options_at, sims["keep"], points, solver_seconds,
-                     time.perf_counter() - start, len(cache), gap, extra_external, margin)
+                     time.perf_counter() - start, len(cache), gap, extra_external, margin,
+                     costs.fused_seconds(recomputed, joint.held))
 
 
 def walk(options_at: list[list], point: Point):
@@ -225,7 +229,7 @@ def _model_gap(points: list[Point], simulated) -> int:
 
 def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, segments: list[Segment],
               options_at: list[list], stock: Simulation, points: list[Point], solver_seconds: float, seconds: float,
-              simulations: int, gap: int, extra_external: int, margin: int) -> CheckpointPlan:
+              simulations: int, gap: int, extra_external: int, margin: int, recompute_seconds: float) -> CheckpointPlan:
     steps = list(walk(options_at, point))
     carried = {segments[pos].carried for pos, option in steps if option.policy != "keep"}
     by_name = {n.name: n for n in joint.gm.graph.nodes}
@@ -252,15 +256,13 @@ def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, seg
         first_of[key] = name
         saved.append(SavedTensor(name, storage_nbytes(node), why))
     regions = []
-    seconds_total = 0.0
     for pos, opt in steps:
-        seconds_total += opt.seconds
         if opt.policy != "keep" and opt.recomputed:
             label = f"{pos}" if opt.length == 1 else f"{pos}-{pos + opt.length - 1}"
             regions.append(Region(label, opt.policy, [n.name for n in opt.recomputed], opt.flops, opt.seconds))
     return CheckpointPlan(
         budget=budget, predicted_peak=max(point.peak + gap, sim.peak), model_peak=point.peak, model_gap=gap,
-        simulated_peak=sim.peak, stock_peak=stock.peak, recompute_seconds=seconds_total,
+        simulated_peak=sim.peak, stock_peak=stock.peak, recompute_seconds=recompute_seconds,
         saved=saved, regions=regions, frontier=[(p.peak, p.seconds) for p in points],
         segments=len(segments), solver_seconds=solver_seconds, analysis_seconds=seconds,
         simulations=simulations, extra_external=extra_external, margin=margin, forward=sim.forward,

@@ -12,10 +12,13 @@ Each segment gets up to three options:
 A *span* of 2 to ``MAX_SPAN`` consecutive segments can also be recomputed from the tensor
 entering its first segment alone (classic checkpointing with coarser boundaries): fewer
 tensors saved, more recomputed, and all of the span's activations live again while its
-backward runs.
+backward runs; or (``span-cheap``) from that tensor and the outputs of its expensive ops.
 
 Each option's saved bytes (per storage), recomputed nodes and recomputation time come from
-``closure`` applied to the segment alone (everything outside it counts as available).
+``closure`` applied to the segment alone: everything outside it counts as available, and
+the members that later forward nodes read count as needed (the later segments' options
+count on them), so that the options of a plan, put together, recompute what they were
+charged for.
 A saved node is charged to the option that saves it, except the boundary tensors: the
 tensor entering segment k is charged once, to segment k, when segment k's option or
 segment k-1's saves it (``Terms.charge``).
@@ -97,28 +100,46 @@ def build_segments(joint: JointGraph, stock_saved: set[Node], costs: CostModel) 
     # recomputes there, taken from the whole graph's closure (the stock partition may
     # recompute across a boundary, e.g. an fp32 upcast of the logits from their bf16 matmul)
     stock = closure(joint, stock_saved)
+    keeps = []
+    for j, seg in enumerate(pieces):
+        members = joint.forward[seg.start:seg.stop]
+        out_carried = pieces[j + 1].carried if j + 1 < len(pieces) else None
+        keeps.append(_stock_option(joint, stock, members, seg.carried, out_carried, costs))
+    joint.keep_needs = _keep_needs(joint, pieces, keeps)
     for j, seg in enumerate(pieces):
         members = joint.forward[seg.start:seg.stop]
         out_carried = pieces[j + 1].carried if j + 1 < len(pieces) else None
         seg.carried_bytes = bytes_of([seg.carried], joint.primal_storages) if seg.carried is not None else 0
-        wanted = {"keep": [n for n in members if n in stock_saved]}
-        if seg.carried is not None:
-            wanted["cheap"] = [seg.carried] + [n for n in members if n in stock_saved and is_expensive(n)]
-            wanted["full"] = [seg.carried]
-        seen_sets = []
-        for policy in POLICIES:
-            if policy not in wanted:
-                continue
-            if policy == "keep":
-                option = _stock_option(joint, stock, members, seg.carried, out_carried, costs)
-            else:
-                option = _option(joint, policy, members, wanted[policy], seg.carried, out_carried, costs)
+        seg.options.append(keeps[j])
+        if seg.carried is None:
+            continue
+        wanted = {"cheap": [seg.carried] + [n for n in members if n in stock_saved and is_expensive(n)],
+                  "full": [seg.carried]}
+        seen_sets = [frozenset(keeps[j].saved)]
+        for policy in POLICIES[1:]:
+            option = _option(joint, policy, members, wanted[policy], seg.carried, out_carried, costs, j + 1)
             key = frozenset(option.saved)
             if key in seen_sets:
                 continue  # same as a cheaper-to-describe option
             seen_sets.append(key)
             seg.options.append(option)
     return prefix, segments
+
+
+def _keep_needs(joint: JointGraph, pieces: list[Segment], keeps: list[Option]) -> dict[Node, int]:
+    """Activations a ``keep`` option counts on without saving them: values of an earlier
+    segment that the stock partition recomputes there from (it recomputes across a
+    boundary: an MLP's GELU from the previous segment's cast of the matmul output). Each
+    such value -> the last piece (0: the prefix) whose keep counts on it."""
+    out: dict[Node, int] = {}
+    for j, (seg, keep) in enumerate(zip(pieces, keeps)):
+        inside = set(joint.forward[seg.start:seg.stop])
+        saved = set(keep.saved)
+        for n in keep.recomputed:
+            for a in n.all_input_nodes:
+                if a not in inside and a not in saved and a in joint.position and a not in joint.static:
+                    out[a] = max(out.get(a, -1), j)
+    return out
 
 
 @dataclass
@@ -129,9 +150,17 @@ class Span:
 
 
 def _option(joint: JointGraph, policy: str, members: list[Node], wanted: list[Node], carried: Node | None,
-            out_carried: Node | None, costs: CostModel) -> Option:
+            out_carried: Node | None, costs: CostModel, next_piece: int) -> Option:
+    """``next_piece``: the piece after the option's last segment (pieces count the prefix
+    as 0)."""
     inside = set(members)
-    local = closure(joint, set(wanted) | (set(joint.forward) - inside))
+    # Values outside count as available: each segment's options provide the values of
+    # theirs that the backward reads. But a later segment's ``keep`` may count on a value
+    # of this one without saving it (``_keep_needs``); this option must then provide it,
+    # as if the backward read it. Without that, the plan's closure recomputes what no
+    # option was charged for (on the H200, four matmuls of an MLP plan priced at 0.3 ms).
+    needed = [n for n in members if joint.keep_needs.get(n, -1) >= next_piece]
+    local = closure(joint, set(wanted) | (set(joint.forward) - inside), needed)
     saved = [n for n in local.saved if (n in inside or n is carried) and n.op != "placeholder"]
     recomputed = [n for n in local.recomputed if n in inside]
     return _make_option(joint, policy, saved, recomputed, carried, out_carried, costs)
@@ -157,16 +186,29 @@ def _make_option(joint: JointGraph, policy: str, saved: list[Node], recomputed: 
     )
 
 
-def build_spans(joint: JointGraph, segments: list[Segment], costs: CostModel, max_len: int = MAX_SPAN) -> dict[int, list[Span]]:
-    """Spans by their first segment: each recomputed in backward from its first boundary tensor."""
+SPAN_POLICIES = ("span", "span-cheap")
+
+
+def build_spans(joint: JointGraph, segments: list[Segment], costs: CostModel, max_len: int = MAX_SPAN,
+                stock_saved: set[Node] | None = None) -> dict[int, list[Span]]:
+    """Spans by their first segment, two kinds: ``span`` recomputes everything in it from
+    its first boundary tensor; ``span-cheap`` also saves the outputs of expensive ops the
+    stock partition saves there (``cheap`` over several segments: where the boundaries fall
+    between a matmul and the pointwise ops after it, as in an MLP under autocast, only a
+    span can leave the matmul's bf16 input to be recomputed from the previous matmul's
+    output). A ``span-cheap`` that saves nothing more than the ``span`` is left out."""
     out: dict[int, list[Span]] = {}
     for a, first in enumerate(segments):
         for b in range(a + 2, min(a + max_len, len(segments)) + 1):
             members = joint.forward[first.start:segments[b - 1].stop]
             out_carried = segments[b].carried if b < len(segments) else None
-            option = _option(joint, "span", members, [first.carried], first.carried, out_carried, costs)
-            option.length = b - a
-            out.setdefault(a, []).append(Span(a, b, option))
+            expensive = [n for n in members if stock_saved and n in stock_saved and is_expensive(n)]
+            for policy, wanted in (("span", [first.carried]), ("span-cheap", [first.carried] + expensive)):
+                if policy == "span-cheap" and not expensive:
+                    continue
+                option = _option(joint, policy, members, wanted, first.carried, out_carried, costs, b + 1)
+                option.length = b - a
+                out.setdefault(a, []).append(Span(a, b, option))
     return out
 
 

@@ -171,10 +171,12 @@ def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
             torch.cuda.reset_peak_memory_stats()
         loss_of(compiled(*inputs)).backward()
     torch.cuda.synchronize()
-    assert torch.cuda.max_memory_allocated() <= budget * 1.05
+    measured = torch.cuda.max_memory_allocated()
     plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
-    assert plan["checkpoint_recomputed_segments"] > 0 and plan["checkpoint_predicted_peak"] <= budget
-    assert plan["checkpoint_inductor_peak"] <= budget
+    facts = f"budget {budget}, measured {measured}, plan {plan}"
+    assert measured <= budget * 1.05, facts
+    assert plan["checkpoint_recomputed_segments"] > 0 and plan["checkpoint_predicted_peak"] <= budget, facts
+    assert plan["checkpoint_inductor_peak"] <= budget, facts
     small, small_inputs = model_and_inputs(2)
     budget = _budget_error(small, small_inputs) * 11 // 10
     check_training_step(small, small_inputs, {"memory_budget": budget, "fallback": "error"})
