@@ -218,7 +218,8 @@ class CompileSession:
                 r.memory["checkpoint_inductor_peak"] = peak
         if peak <= plan.budget:
             return
-        if self.attempt < MAX_COMPILES:
+        capped = self.shared.get("checkpoint_margin_capped", False)
+        if self.attempt < MAX_COMPILES and not capped:
             # the next plan keeps below the budget what this plan's prediction erred by (its
             # prediction was within the budget, so that is at least the overrun), or the
             # overruns so far, whichever is more, and 1% of the budget: the error changes
@@ -226,9 +227,11 @@ class CompileSession:
             error = peak - (plan.predicted_peak - plan.margin)
             margin = max(error, plan.margin + peak - plan.budget) + plan.budget // 100
             raise BudgetMiss(margin, peak, plan.budget)
+        last = ("the last with the smallest plan (a larger margin leaves none)" if capped
+                else f"the last planning {plan.margin} bytes below the budget")
         warnings.warn(
             f"dsgraph memory budget {plan.budget} bytes: Inductor's plan of the compiled graphs peaks at "
-            f"{peak} bytes after {self.attempt} compiles, the last planning {plan.margin} bytes below the budget",
+            f"{peak} bytes after {self.attempt} compiles, {last}",
             DsgraphBudgetWarning, stacklevel=2)
 
     def _arena(self, gm: torch.fx.GraphModule, ctx: PassContext, report: GraphReport, step: int):

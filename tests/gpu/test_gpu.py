@@ -151,16 +151,19 @@ def _budget_error(model, inputs):
 def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
     """Measured peak of a steady step within budget x 1.05; gradients within the fp32 rule.
 
-    The model is sized so that activations fill the budget (gigabytes): on the small test
-    GPT the H200 (torch 2.11) measured 79 MB against a 5.9 MB budget, memory outside the
-    graphs (most likely the CUDA libraries' workspaces, 60 to 70 MB on the benchmarks) that
-    the budget does not cover. The small GPT still checks gradients under a tight budget.
-    The report's ``checkpoint_inductor_peak`` (Inductor's own plan, checked by the session)
-    must be within the budget too."""
+    The model is sized so that activations fill the budget (gigabytes), and runs under bf16
+    autocast as the benchmarks do. Memory outside the graphs is not in the budget: the
+    CUDA libraries' workspaces, 65 MiB over Inductor's plan on every bf16 benchmark (H200,
+    torch 2.11); this model in fp32 measured 154 MiB over Inductor's plan (6% of its
+    budget; fp32 attention runs the memory-efficient kernel; see docs/BENCHMARKS.md). On
+    the small test GPT that overhead alone is 79 MB against a 5.9 MB budget, so the small
+    GPT checks gradients only. The report's ``checkpoint_inductor_peak`` (Inductor's own
+    plan, checked by the session) must be within the budget too."""
     cfg = GPTConfig(vocab=32768, seq=1024, layers=4, heads=8, dim=1024)
     torch.manual_seed(2)
     model, inputs = GPT(cfg).cuda(), gpt_inputs(cfg, 8, "cuda", seed=2)
-    smallest = _budget_error(model, inputs)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        smallest = _budget_error(model, inputs)
     budget = smallest * 3 // 2
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="dsgraph", options={"memory_budget": budget, "fallback": "error"})
@@ -169,7 +172,9 @@ def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
         if step == 1:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        loss_of(compiled(*inputs)).backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_of(compiled(*inputs))
+        loss.backward()
     torch.cuda.synchronize()
     measured = torch.cuda.max_memory_allocated()
     plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
