@@ -218,8 +218,7 @@ class CompileSession:
                 r.memory["checkpoint_inductor_peak"] = peak
         if peak <= plan.budget:
             return
-        capped = self.shared.get("checkpoint_margin_capped", False)
-        if self.attempt < MAX_COMPILES and not capped:
+        if self.attempt < MAX_COMPILES and not plan.margin_capped:
             # the next plan keeps below the budget what this plan's prediction erred by (its
             # prediction was within the budget, so that is at least the overrun), or the
             # overruns so far, whichever is more, and 1% of the budget: the error changes
@@ -227,7 +226,7 @@ class CompileSession:
             error = peak - (plan.predicted_peak - plan.margin)
             margin = max(error, plan.margin + peak - plan.budget) + plan.budget // 100
             raise BudgetMiss(margin, peak, plan.budget)
-        last = ("the last with the smallest plan (a larger margin leaves none)" if capped
+        last = ("the last with the smallest plan (a larger margin leaves none)" if plan.margin_capped
                 else f"the last planning {plan.margin} bytes below the budget")
         warnings.warn(
             f"dsgraph memory budget {plan.budget} bytes: Inductor's plan of the compiled graphs peaks at "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dsgraph.analysis.lifetimes import bytes_of
 from dsgraph.context import PassContext, PassResult
-from dsgraph.errors import BudgetError
 from dsgraph.recompute.planner import CheckpointPlan, plan_checkpoint
 from dsgraph.registry import PassSpec
 from dsgraph.units import parse_bytes
@@ -65,18 +64,7 @@ def run(gm, ctx: PassContext) -> PassResult:
     extra = _gradient_bytes(gm, kwargs["num_fwd_outputs"]) if ctx.config.pipeline.get("grad_pool") else 0
     # a second compile after Inductor's plan overran the budget plans with the overrun
     # reserved (the session checks Inductor's plan against the budget, see session.py)
-    margin = ctx.shared.get("checkpoint_margin", 0)
-    try:
-        plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra, margin=margin)
-    except BudgetError as e:
-        if not margin or e.smallest_feasible - margin > budget:
-            raise  # infeasible without any margin: the error the user must see
-        # the first compile met the budget by the planner's prediction, but no plan keeps
-        # this margin below it: take the smallest plan (margin cut to what it leaves); the
-        # session then warns instead of compiling again (it cannot do better)
-        margin = budget - (e.smallest_feasible - margin)
-        plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra, margin=margin)
-        ctx.shared["checkpoint_margin"] = margin
-        ctx.shared["checkpoint_margin_capped"] = True
+    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra,
+                           margin=ctx.shared.get("checkpoint_margin", 0))
     apply_checkpoint(plan, ctx)
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions), stats=plan.stats())

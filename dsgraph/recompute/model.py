@@ -80,17 +80,18 @@ def _backward_segments(joint: JointGraph, seg_of_pos) -> dict[str, int | None]:
     return {n.name: s for n, s in out.items()}
 
 
-def _plans(segments: list[Segment], spans: dict) -> list[tuple[str, list[tuple[int, int]]]]:
+def _plans(segments: list[Segment], spans: dict) -> list[tuple[str, tuple, list[tuple[int, int]]]]:
     """The simulated plans: one per policy (every segment at that option, or ``keep`` when
     it has none) and, for each kind of span (policy and length), spans of that kind side by
     side from the first segment whose span of that kind no plan holds yet, ``keep``
     elsewhere, until every span is in a plan (a kind every segment has takes one plan per
     offset; a ``span-cheap`` exists only where a span holds an expensive op, and a fixed
-    offset would skip some). Each plan is a path of (segment, option index)."""
+    offset would skip some). Each plan is (name, the kind of option it measures: ``_kind``,
+    path of (segment, option index))."""
     plans = []
     for policy in POLICIES:
-        plans.append((policy, [(k, seg.options.index(seg.option(policy) or seg.options[0]))
-                               for k, seg in enumerate(segments)]))
+        plans.append((policy, (policy, 1), [(k, seg.options.index(seg.option(policy) or seg.options[0]))
+                                            for k, seg in enumerate(segments)]))
     kinds = sorted({(sp.option.policy, sp.stop - sp.start) for row in spans.values() for sp in row})
     for policy, length in kinds:
         pending = {k for k in spans if _span_index(segments, spans, k, policy, length) is not None}
@@ -106,7 +107,7 @@ def _plans(segments: list[Segment], spans: dict) -> list[tuple[str, list[tuple[i
                 else:
                     path.append((k, segments[k].options.index(segments[k].option("keep") or segments[k].options[0])))
                     k += 1
-            plans.append((f"{policy}{length}+{first}", path))
+            plans.append((f"{policy}{length}+{first}", (policy, length), path))
     return plans
 
 
@@ -117,11 +118,9 @@ def _span_index(segments, spans, k, policy, length):
     return None
 
 
-def _native(option, plan_name: str) -> bool:
-    """Is ``plan_name`` the simulated plan this option's terms come from?"""
-    if option.length == 1:
-        return option.policy == plan_name
-    return plan_name.startswith(f"{option.policy}{option.length}+")
+def _kind(option) -> tuple[str, int]:
+    """What a simulated plan measures an option's terms for: its policy and length."""
+    return option.policy, option.length
 
 
 def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], static_input_indices,
@@ -142,7 +141,7 @@ def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], s
     const = external
     sims: dict[str, Simulation] = {}
     first_in = bool(prefix.options) and prefix.options[0].saves_out
-    for name, path in _plans(segments, spans):
+    for name, kind, path in _plans(segments, spans):
         saved = list(prefix.options[0].saved) if prefix.options else []
         for k, i in path:
             saved += options_at[k][i].saved
@@ -153,7 +152,7 @@ def measure_terms(joint: JointGraph, prefix: Segment, segments: list[Segment], s
         for (k, i), charge in zip(path, charges(rows, tuple(i for _, i in path), first_in)):
             option = options_at[k][i]
             covered = range(k, k + option.length)
-            if _native(option, name):
+            if _kind(option) == kind:
                 fws = [fw_peak[j] for j in covered if fw_peak[j] is not None]
                 bws = [bw_peak[j] for j in covered if bw_peak[j] is not None]
                 found[(k, i)] = (max(fws) - before if fws else 0, max(bws) - before - charge if bws else 0)

@@ -79,6 +79,7 @@ class CheckpointPlan:
     simulations: int
     extra_external: int = 0  # bytes alive through the step besides the primals (the gradient pool)
     margin: int = 0  # bytes planned below the budget (a second compile)
+    margin_capped: bool = False  # the margin asked for left no plan: the smallest plan, margin cut
     inductor_peak: int | None = None  # the step's peak by Inductor's plans, once compiled
     forward: GraphModule | None = field(default=None, repr=False)
     backward: GraphModule | None = field(default=None, repr=False)
@@ -94,7 +95,8 @@ class CheckpointPlan:
             "saved_bytes": self.saved_bytes, "recompute_ms": round(self.recompute_seconds * 1e3, 3),
             "segments": self.segments, "recomputed_segments": len(self.regions),
             "frontier_points": len(self.frontier), "solver_ms": round(self.solver_seconds * 1e3, 1),
-            "simulations": self.simulations, "margin": self.margin, "inductor_peak": self.inductor_peak,
+            "simulations": self.simulations, "margin": self.margin, "margin_capped": self.margin_capped,
+            "inductor_peak": self.inductor_peak,
         }
 
     def text(self) -> str:
@@ -160,7 +162,7 @@ def plan_checkpoint(
             cache[point.choice] = simulate(joint, saved_of(point), static, external)
         return cache[point.choice]
 
-    chosen, sim, gap = None, None, 0
+    chosen, sim, gap, shift = None, None, 0, 0
     stock_choice = tuple(seg.options.index(seg.option("keep") or seg.options[0]) for seg in segments)
     stock_point = evaluate(terms, const, stock_choice, first_in)
     if max(stock_point.peak, sims["keep"].peak) <= budget:
@@ -188,9 +190,15 @@ def plan_checkpoint(
         # whatever the budget, so this stays monotone); the budget is infeasible only
         # when even that plan does not fit
         fallback = min(sorted(points, key=lambda p: p.peak)[:8], key=predicted)
-        smallest = predicted(fallback)
-        if smallest <= budget:
+        smallest = predicted(fallback) - margin  # the margin is planning slack, not the graph's need
+        if smallest + margin <= budget:
             chosen, sim = fallback, simulated(fallback)
+        elif smallest <= budget:
+            # a second compile's margin leaves no plan, but the smallest plan meets the
+            # budget by the prediction: take it, with the margin cut to what it leaves
+            # (``margin_capped``: a further compile could not do better)
+            chosen, sim = fallback, simulated(fallback)
+            shift, margin = margin - (budget - smallest), budget - smallest
     if chosen is None:
         raise BudgetError(
             f"dsgraph memory budget {format_bytes(budget)} ({budget} bytes) is below what this graph needs "
@@ -201,9 +209,11 @@ def plan_checkpoint(
     # what the partition recomputes, all options together (the model's sum can differ by
     # weight casts an option counts on and no option saves, or that two options both count)
     recomputed = closure(joint, saved_of(chosen)).recomputed
-    return _describe(chosen, sim, budget, joint, segments, options_at, sims["keep"], points, solver_seconds,
+    plan = _describe(chosen, sim, budget, joint, segments, options_at, sims["keep"], points, solver_seconds,
                      time.perf_counter() - start, len(cache), gap, extra_external, margin,
-                     costs.fused_seconds(recomputed, joint.held))
+                     costs.fused_seconds(recomputed, joint.held), shift)
+    plan.margin_capped = shift > 0
+    return plan
 
 
 def walk(options_at: list[list], point: Point):
@@ -229,7 +239,10 @@ def _model_gap(points: list[Point], simulated) -> int:
 
 def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, segments: list[Segment],
               options_at: list[list], stock: Simulation, points: list[Point], solver_seconds: float, seconds: float,
-              simulations: int, gap: int, extra_external: int, margin: int, recompute_seconds: float) -> CheckpointPlan:
+              simulations: int, gap: int, extra_external: int, margin: int, recompute_seconds: float,
+              shift: int = 0) -> CheckpointPlan:
+    """``shift``: bytes of margin the peaks were simulated with beyond ``margin`` (a capped
+    margin), taken off every peak so that each one counts ``margin``."""
     steps = list(walk(options_at, point))
     carried = {segments[pos].carried for pos, option in steps if option.policy != "keep"}
     by_name = {n.name: n for n in joint.gm.graph.nodes}
@@ -261,9 +274,10 @@ def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, seg
             label = f"{pos}" if opt.length == 1 else f"{pos}-{pos + opt.length - 1}"
             regions.append(Region(label, opt.policy, [n.name for n in opt.recomputed], opt.flops, opt.seconds))
     return CheckpointPlan(
-        budget=budget, predicted_peak=max(point.peak + gap, sim.peak), model_peak=point.peak, model_gap=gap,
-        simulated_peak=sim.peak, stock_peak=stock.peak, recompute_seconds=recompute_seconds,
-        saved=saved, regions=regions, frontier=[(p.peak, p.seconds) for p in points],
+        budget=budget, predicted_peak=max(point.peak + gap, sim.peak) - shift, model_peak=point.peak - shift,
+        model_gap=gap, simulated_peak=sim.peak - shift, stock_peak=stock.peak - shift,
+        recompute_seconds=recompute_seconds, saved=saved, regions=regions,
+        frontier=[(p.peak - shift, p.seconds) for p in points],
         segments=len(segments), solver_seconds=solver_seconds, analysis_seconds=seconds,
         simulations=simulations, extra_external=extra_external, margin=margin, forward=sim.forward,
         backward=sim.backward,

@@ -113,7 +113,7 @@ def build_segments(joint: JointGraph, stock_saved: set[Node], costs: CostModel) 
         seg.options.append(keeps[j])
         if seg.carried is None:
             continue
-        wanted = {"cheap": [seg.carried] + [n for n in members if n in stock_saved and is_expensive(n)],
+        wanted = {"cheap": [seg.carried] + _expensive_saved(members, stock_saved),
                   "full": [seg.carried]}
         seen_sets = [frozenset(keeps[j].saved)]
         for policy in POLICIES[1:]:
@@ -124,6 +124,12 @@ def build_segments(joint: JointGraph, stock_saved: set[Node], costs: CostModel) 
             seen_sets.append(key)
             seg.options.append(option)
     return prefix, segments
+
+
+def _expensive_saved(members: list[Node], stock_saved: set[Node]) -> list[Node]:
+    """What ``cheap`` options keep besides their input: outputs of expensive ops that the
+    stock partition saves."""
+    return [n for n in members if n in stock_saved and is_expensive(n)]
 
 
 def _keep_needs(joint: JointGraph, pieces: list[Segment], keeps: list[Option]) -> dict[Node, int]:
@@ -186,9 +192,6 @@ def _make_option(joint: JointGraph, policy: str, saved: list[Node], recomputed: 
     )
 
 
-SPAN_POLICIES = ("span", "span-cheap")
-
-
 def build_spans(joint: JointGraph, segments: list[Segment], costs: CostModel, max_len: int = MAX_SPAN,
                 stock_saved: set[Node] | None = None) -> dict[int, list[Span]]:
     """Spans by their first segment, two kinds: ``span`` recomputes everything in it from
@@ -202,7 +205,7 @@ def build_spans(joint: JointGraph, segments: list[Segment], costs: CostModel, ma
         for b in range(a + 2, min(a + max_len, len(segments)) + 1):
             members = joint.forward[first.start:segments[b - 1].stop]
             out_carried = segments[b].carried if b < len(segments) else None
-            expensive = [n for n in members if stock_saved and n in stock_saved and is_expensive(n)]
+            expensive = _expensive_saved(members, stock_saved or set())
             for policy, wanted in (("span", [first.carried]), ("span-cheap", [first.carried] + expensive)):
                 if policy == "span-cheap" and not expensive:
                     continue
