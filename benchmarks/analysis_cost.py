@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from dsgraph import profiling
+from dsgraph.report.capture import capture as capture_compiles
 from dsgraph.analysis.lifetimes import TensorLifetimes, default_held
-from dsgraph.memory import graph_inputs_external, stage_timelines
+from dsgraph.analysis.step import graph_inputs_external, stage_timelines
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 
 
@@ -38,7 +38,7 @@ def measure(layers: int) -> dict:
     torch._dynamo.reset()
     cfg = GPTConfig(vocab=256, seq=32, layers=layers, heads=2, dim=32)
     model = GPT(cfg)
-    with profiling.capture() as cap:
+    with capture_compiles() as cap:
         torch.compile(model, backend="dsgraph", options={"inductor": False})(*gpt_inputs(cfg, 2)).backward()
     captured = cap.compiles[0]
     fw, bw = captured.stages["forward"].after, captured.stages["backward"].after

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from benchmarks import workloads
-from dsgraph import profiling
+from dsgraph.report.capture import capture as capture_compiles
 from benchmarks.configs import Config, parse
 
 
@@ -113,7 +113,7 @@ def measure(workload: str, config_text: str, regimes: list[str], device: str, si
     autocast = dtype == "bf16"
     torch._dynamo.reset()
     model, inputs = workloads.build(workload, device, size)
-    capture = profiling.capture() if config.backend == "dsgraph" else contextlib.nullcontext()
+    capture = capture_compiles() if config.backend == "dsgraph" else contextlib.nullcontext()
     with config.active(), capture as captured:
         compiled = config.compile(model)
         t0 = time.perf_counter()

@@ -1,22 +1,26 @@
 """dsgraph: a torch.compile backend for training.
 
 ``torch.compile(model, backend="dsgraph", options={...})`` works without importing this
-package (entry point). The public helpers live here.
+package (entry point). The public helpers live here; docs/ARCHITECTURE.md maps the package.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
-from .errors import NotBuiltError, PassFailure
+from .logs import enable as enable_logging
+from .errors import BudgetError, DsgraphBudgetWarning, DsgraphFallbackWarning, NotBuiltError, PassFailure
 from .memory import MemoryProfile, memory_profile
-from .pool import GradPool, grad_pool
-from .options import Options, validate_options
-from .pipeline import Pipeline, parse as parse_pipeline
-from .compile_reports import GraphReport, PassRecord, clear_reports, format_table as report_table, reports
+from .runtime.pool import GradPool, grad_pool
+from .pass_api import Options, Pipeline, validate_options
+from .compile.pipeline import parse as parse_pipeline
+from .report.reports import GraphReport, PassRecord, clear_reports, format_table as report_table, reports
 
 __all__ = [
     "__version__",
+    "BudgetError",
+    "DsgraphBudgetWarning",
+    "DsgraphFallbackWarning",
     "GradPool",
     "GraphReport",
     "MemoryProfile",
@@ -26,6 +30,7 @@ __all__ = [
     "PassRecord",
     "Pipeline",
     "clear_reports",
+    "enable_logging",
     "grad_pool",
     "memory_profile",
     "parse_pipeline",

@@ -1,14 +1,17 @@
-"""Exceptions dsgraph raises on purpose.
+"""Exceptions dsgraph raises on purpose, and helpers for their messages.
 
 Option and pipeline mistakes are ``ValueError`` (or ``NotImplementedError`` for features
-that are registered but not built); they are never swallowed by the fallback policy.
+that are registered but not built); they are never swallowed by the fallback policy. A
+pass that finds the user asked for something impossible (a memory budget below what the
+graph needs) raises a ``UsageError``, which the pass manager lets through as well.
 A pass that fails on a graph raises ``PassFailure``, which the backend either turns into
 a warning plus a stock compile (``fallback="inductor"``) or re-raises (``fallback="error"``).
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
+import difflib
+from typing import Iterable, TypeVar
 
 E = TypeVar("E", bound=BaseException)
 
@@ -36,12 +39,16 @@ class PassFailure(RuntimeError):
         )
 
 
-class BudgetError(ValueError):
+class UsageError(ValueError):
+    """The user asked for something that cannot be done (raised by a pass): a mistake in the
+    options, not a failing pass, so the fallback policy never swallows it."""
+
+
+class BudgetError(UsageError):
     """A memory budget no partition of the graph can meet.
 
-    It is a mistake in the options, not a failing pass: the manager lets it through and the
-    fallback policy never swallows it. ``smallest_feasible`` is the least budget, in bytes,
-    that the planner can meet for this graph.
+    ``smallest_feasible`` is the least budget, in bytes, that the planner can meet for this
+    graph.
     """
 
     def __init__(self, message: str, smallest_feasible: int):
@@ -61,19 +68,16 @@ def find_cause(e: BaseException | None, cls: type[E]) -> E | None:
     return None
 
 
-class BudgetMiss(RuntimeError):
-    """Inductor's buffer plan of the compiled graphs peaks above the memory budget although
-    the planner's prediction was within it. The backend compiles again with the planner
-    keeping ``margin`` bytes below the budget."""
-
-    def __init__(self, margin: int, inductor_peak: int, budget: int):
-        self.margin = margin
-        self.inductor_peak = inductor_peak
-        self.budget = budget
-        super().__init__(f"Inductor's plan peaks at {inductor_peak} bytes, over the budget {budget}; "
-                         f"planning again {margin} bytes below it")
+class DsgraphFallbackWarning(UserWarning):
+    """A pass failed and dsgraph compiled the graph without its passes."""
 
 
 class DsgraphBudgetWarning(UserWarning):
     """Inductor's plan of the compiled graphs peaks above the memory budget even after the
     second, more conservative plan (the step may use more memory than the budget)."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """" (did you mean 'x'?)" for a close match among ``choices``, else ""."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

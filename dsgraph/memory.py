@@ -20,12 +20,16 @@ from typing import Any
 import sympy
 import torch
 
-from . import profiling
-from .analysis.fused_plan import fused_step
-from .analysis.plan import GraphPlan, fx_plan
-from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry, stitch
-from .pool import pool_tensors
-from .profiling import CapturedCompile
+from . import compat
+from .analysis.plan import fx_plan
+from .analysis.step import saved_bytes, stage_timelines
+from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry
+from .compile.backend import dsgraph_backend
+from .pass_api import validate_options
+from .report import capture
+from .report.capture import CapturedCompile
+from .runtime.pool import pool_tensors
+from .testing import loss_of
 
 
 @dataclass
@@ -51,10 +55,6 @@ class MemoryProfile:
         }
 
 
-def _storage_key(t: torch.Tensor) -> tuple:
-    return (t.device.type, t.device.index, t.untyped_storage().data_ptr())
-
-
 def external_intervals(
     tensors: list[tuple[str, torch.Tensor]], dynamo_inputs: list[tuple[Any, Any]] = ()
 ) -> list[Interval]:
@@ -63,7 +63,7 @@ def external_intervals(
     exprs = {id(example): fn for example, fn in dynamo_inputs if example is not None}
     seen, out = set(), []
     for label, t in tensors:
-        key = _storage_key(t)
+        key = compat.storage_ref(t)
         if key in seen:
             continue
         seen.add(key)
@@ -84,58 +84,10 @@ def step_start_tensors(model: torch.nn.Module, inputs, kept_grads: bool) -> list
     return tensors
 
 
-def saved_bytes(plan: GraphPlan, saved_names: list[str]) -> int:
-    saved = set(saved_names)
-    return sum(b.nbytes for b in plan.blocks if saved & set(b.outputs))
-
-
 def step_timelines(captured: CapturedCompile, external: list[Interval], which: str = "after") -> dict[str, MemoryTimeline]:
     """The whole-step timelines of one captured compile: "fx" (and "inductor" when it ran);
     ``which="before"``: the FX timeline of the graphs before dsgraph's passes."""
     return stage_timelines(captured.stages, captured.saved_names, external, which)
-
-
-def inputs_external(fw_gm: torch.fx.GraphModule) -> list[Interval]:
-    """What a forward graph receives (parameters, buffers, inputs; each storage once), as
-    memory that exists for the whole step."""
-    from .analysis.lifetimes import TensorLifetimes
-
-    lifetimes = TensorLifetimes(fw_gm)
-    return [Interval(f"input:{s.name}", s.nbytes, 0, 0, s.nbytes_expr) for s in lifetimes.storages if s.is_input]
-
-
-def graph_inputs_external(stages: dict) -> list[Interval]:
-    """Without the model at hand (dumps): what the forward receives stands for what exists
-    at the start of the step."""
-    fw = stages.get("forward") or stages.get("inference")
-    return inputs_external(fw.after)
-
-
-def inductor_timeline(fw: GraphPlan, bw: GraphPlan | None, bw_fx: GraphPlan | None, external: list[Interval],
-                      saved_names: list[str]) -> MemoryTimeline:
-    """The step by Inductor's own buffer plans of its forward and backward. Inductor's plan
-    does not size the backward's inputs; they come from the backward's FX plan ``bw_fx``."""
-    if bw is not None and bw_fx is not None:
-        bw.input_bytes = dict(bw_fx.input_bytes)
-        bw.input_expr = dict(bw_fx.input_expr)
-    return stitch(fw, bw, external, saved_names)
-
-
-def stage_timelines(stages: dict, saved_names: list[str], external: list[Interval], which: str = "after") -> dict[str, MemoryTimeline]:
-    fw = stages.get("forward") or stages.get("inference")
-    bw = stages.get("backward")
-    if fw is None:
-        raise ValueError("no forward graph was captured")
-    fw_gm = fw.after if which == "after" else fw.before
-    bw_gm = (bw.after if which == "after" else bw.before) if bw is not None else None
-    bw_fx = fx_plan(bw_gm) if bw_gm is not None else None
-    out = {"fx": stitch(fx_plan(fw_gm), bw_fx, external, saved_names)}
-    # what the checkpoint planner predicts before Inductor compiles (fusion rule of thumb)
-    out["fused"] = fused_step(fw_gm, bw_gm, external, saved_names)
-    if which == "after" and fw.inductor is not None and (bw is None or bw.inductor is not None):
-        out["inductor"] = inductor_timeline(fw.inductor, bw.inductor if bw is not None else None, bw_fx,
-                                            external, saved_names)
-    return out
 
 
 def _snapshot(model: torch.nn.Module):
@@ -156,11 +108,19 @@ def _restore(model: torch.nn.Module, grads, buffers) -> None:
 
 def _graph_break_message(model, inputs) -> str:
     try:
-        explanation = torch._dynamo.explain(model)(*inputs)
-        reasons = "; ".join(str(r.reason) for r in explanation.break_reasons[:3])
-        return f"{explanation.graph_count} graphs, {explanation.graph_break_count} graph breaks: {reasons}"
+        explanation = compat.explain(model, *inputs)
     except Exception as e:  # explain itself failed: still say what we know
-        return f"explain failed: {e}"
+        return f"torch._dynamo.explain failed: {e}"
+    lines = [f"torch._dynamo.explain: {explanation.graph_count} graphs, {explanation.graph_break_count} graph breaks"]
+    for i, r in enumerate(explanation.break_reasons[:5], 1):
+        frame = r.user_stack[-1] if getattr(r, "user_stack", None) else None
+        where = f" at {frame.filename}:{frame.lineno}" if frame is not None else ""
+        reason = " ".join(str(r.reason).split()) or "(torch gave no reason)"
+        lines.append(f"  break {i}{where}: {reason[:300]}")
+    if explanation.graph_count > explanation.graph_break_count + 1:
+        lines.append("  more graphs than breaks: parts of the model compile on their own "
+                     "(torch.utils.checkpoint regions, torch.compiler.disable, nested compiled functions)")
+    return "\n".join(lines)
 
 
 def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> MemoryProfile:
@@ -170,15 +130,12 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
     The model must compile to one graph. Parameters, buffers and ``.grad`` are left as they
     were. ``torch._dynamo.mark_dynamic`` on the inputs is honoured (``peak_expr``).
     """
-    from .options import validate_options
-    from .testing import loss_of
-
     validate_options(options)
     grads, buffers = _snapshot(model)
     start_state = step_start_tensors(model, inputs, kept_grads=True)  # before the step adds any
     compiled = torch.compile(model, backend=_fresh_backend(), options=dict(options) or None)
     try:
-        with profiling.capture() as cap:
+        with capture.capture() as cap:
             loss = loss_of(compiled(*inputs))
             loss.backward()
     finally:
@@ -186,8 +143,8 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
     compiles = [c for c in cap.compiles if c.fallback is None]
     if len(compiles) != 1 or "backward" not in compiles[0].stages:
         raise ValueError(
-            f"dsgraph.memory_profile needs the model to compile to one graph with a backward; "
-            f"got {len(compiles)} compiled graphs ({_graph_break_message(model, inputs)})"
+            f"dsgraph.memory_profile needs the model to compile to one graph with a backward (no graph break); "
+            f"got {len(compiles)} compiled graphs. {_graph_break_message(model, inputs)}"
         )
     captured = compiles[0]
     start = time.perf_counter()
@@ -219,8 +176,6 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
 def _fresh_backend():
     """A backend object of its own, so Dynamo compiles afresh instead of reusing a compile
     of the same model made by an earlier torch.compile."""
-    from .backend import dsgraph_backend
-
     def dsgraph_profile_backend(gm, example_inputs, **kwargs):
         return dsgraph_backend(gm, example_inputs, **kwargs)
 

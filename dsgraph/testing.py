@@ -23,6 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from . import compat
+
 
 @dataclass
 class ParityRow:
@@ -76,13 +78,11 @@ def loss_of(output: Any) -> torch.Tensor:
 @contextlib.contextmanager
 def fp32_exact():
     """TF32 off (DESIGN.md's fp32 rule) and Inductor's random ops drawn like eager's."""
-    import torch._inductor.config as iconfig
-
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     try:
-        with iconfig.patch(fallback_random=True):
+        with compat.fallback_random(True):
             yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
@@ -142,7 +142,7 @@ def training_step_parity(
     on a mismatch (see ``ParityResult.ok``). ``reference``: ``"eager"``, ``"inductor"`` (stock
     backend) or a dict of dsgraph options. ``model`` itself is not modified.
     """
-    torch._dynamo.reset()
+    compat.reset()
     ref_model = copy.deepcopy(model)
     test_model = copy.deepcopy(model)
     with fp32_exact():

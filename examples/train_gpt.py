@@ -1,8 +1,9 @@
 """Train a small GPT with backend="dsgraph" and print dsgraph's per-pass report.
 
-    python examples/train_gpt.py                 # CPU or the first CUDA GPU
-    python examples/train_gpt.py --steps 60 --dump /tmp/dsgraph_dump
+    python examples/train_gpt.py                 # CPU or the first CUDA GPU; dumps to ./dsgraph_dump
+    python examples/train_gpt.py --steps 60 --dump /tmp/dsgraph_dump --budget 2MiB
     python examples/train_gpt.py --no-inductor   # run dsgraph's graphs as FX code
+    python examples/train_gpt.py --quiet         # no dsgraph progress lines
 
 The model learns to continue a short built-in text character by character, so the loss
 falls from about 3.4 to under 2 in 60 steps. Each step uses a different random batch of windows.
@@ -11,6 +12,9 @@ falls from about 3.4 to under 2 in 60 steps. Each step uses a different random b
 from __future__ import annotations
 
 import argparse
+import glob
+import logging
+import os
 import time
 
 import torch
@@ -41,8 +45,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--no-inductor", action="store_true", help="dsgraph option inductor=False")
-    parser.add_argument("--dump", default=None, help="dsgraph option dump_dir: per-pass graph dumps")
+    parser.add_argument("--dump", default="dsgraph_dump", help="dsgraph option dump_dir: per-pass graph dumps "
+                        "(default ./dsgraph_dump; '' for none)")
+    parser.add_argument("--budget", default=None, help="dsgraph option memory_budget, e.g. 2MiB")
+    parser.add_argument("--quiet", action="store_true", help="do not print dsgraph's progress (DSGRAPH_LOG=info)")
     args = parser.parse_args()
+    if not args.quiet:
+        dsgraph.enable_logging(logging.INFO)  # what DSGRAPH_LOG=info does
 
     torch.manual_seed(0)
     device = torch.device(args.device)
@@ -53,6 +62,8 @@ def main() -> None:
     options = {"inductor": not args.no_inductor}
     if args.dump:
         options["dump_dir"] = args.dump
+    if args.budget:
+        options["memory_budget"] = args.budget
     compiled = torch.compile(model, backend="dsgraph", options=options)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
 
@@ -69,6 +80,12 @@ def main() -> None:
     print()
     print(f"dsgraph {dsgraph.__version__}, torch {torch.__version__}, device {device}")
     print(dsgraph.report_table())
+    if args.dump:
+        plots = sorted(glob.glob(os.path.join(args.dump, "*_step_memory_plot.png")))
+        print(f"\ndumps in {os.path.abspath(args.dump)} (index.md, one folder per graph)")
+        for png in plots:
+            print(f"step memory plot: {os.path.abspath(png)}")
+        print(f"redraw plots and print the pass table: dsgraph report {args.dump}")
 
 
 if __name__ == "__main__":

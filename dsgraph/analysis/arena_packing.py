@@ -1,6 +1,6 @@
 """Packing the arena's blocks: best fit at the size hints, offsets as sympy expressions
 that stay valid at every size, and the split of a graph's blocks into buffers over time.
-The reasoning is in ``dsgraph/arena.py``'s docstring."""
+The reasoning is in ``dsgraph/analysis/arena_plan.py``'s docstring."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import sympy
 
-from .analysis.sweep import live_per_step
+from .sweep import live_per_step
 
 
 @dataclass(eq=False)

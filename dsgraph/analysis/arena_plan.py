@@ -65,13 +65,12 @@ from typing import Any, Callable
 import sympy
 import torch
 from torch.fx import GraphModule, Node
-from torch.utils._sympy.functions import FloorDiv
 
-from . import compat
-from .analysis.lifetimes import Storage, TensorLifetimes, storage_bytes_expr, tensor_values
-from .analysis.sweep import live_per_step
-from .units import format_bytes
+from .. import compat
+from ..units import format_bytes
 from .arena_packing import ArenaBlock, _outside, best_fit, split_in_time, symbolic_offsets
+from .lifetimes import Storage, TensorLifetimes, storage_bytes_expr, tensor_values
+from .sweep import live_per_step
 
 ALIGN = 64  # bytes: what CPU and CUDA caching allocators give each allocation
 aten = torch.ops.aten
@@ -102,7 +101,7 @@ _COPY_KWARGS = {"dtype", "layout", "device", "pin_memory", "memory_format", "non
 def writer_of(node: Node) -> Writer | None:
     """How ``node`` can write into a given tensor, or None."""
     op = node.target
-    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+    if node.op != "call_function" or not compat.is_op(op):
         return None
     if node.kwargs.get("pin_memory") or node.kwargs.get("layout") not in (None, torch.strided):
         return None
@@ -115,7 +114,7 @@ def writer_of(node: Node) -> Writer | None:
     out = compat.out_variant(op)
     if out is None:
         return None
-    names = tuple(a.name for a in out._schema.arguments if a.alias_info is not None and a.alias_info.is_write)
+    names = tuple(a.name for a in compat.op_schema(out).arguments if compat.writes(a))
     return Writer("out", out, names)
 
 
@@ -226,7 +225,7 @@ def _computable(expr: sympy.Expr, symbols: dict) -> bool:
         return True
     if isinstance(expr, sympy.Symbol):
         return expr in symbols
-    if isinstance(expr, (sympy.Add, sympy.Mul, FloorDiv, sympy.Max)):
+    if isinstance(expr, (sympy.Add, sympy.Mul, compat.FloorDiv, sympy.Max)):
         return all(_computable(a, symbols) for a in expr.args)
     if isinstance(expr, sympy.Pow):
         return expr.exp.is_Integer and int(expr.exp) > 0 and _computable(expr.base, symbols)
@@ -236,7 +235,7 @@ def _computable(expr: sympy.Expr, symbols: dict) -> bool:
 def _align(expr: sympy.Expr, align: int) -> sympy.Expr:
     if expr.is_Integer:
         return sympy.Integer(-(-int(expr) // align) * align)
-    return align * FloorDiv(expr + (align - 1), align)
+    return align * compat.FloorDiv(expr + (align - 1), align)
 
 
 def _layout_computable(t: torch.Tensor, symbols: dict) -> bool:

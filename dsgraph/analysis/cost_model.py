@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.utils._pytree import tree_map
+
 
 from .. import compat
 from .base import Analysis
@@ -60,7 +60,7 @@ def node_flops(node: Node) -> int:
     """FLOPs of one call, from torch's flop formulas; 0 for ops without one."""
     from torch.utils.flop_counter import flop_registry
 
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+    if node.op != "call_function" or not compat.is_op(node.target):
         return 0
     packet = node.target.overloadpacket
     alias = _SAME_FORMULA.get(packet.__name__)
@@ -69,7 +69,7 @@ def node_flops(node: Node) -> int:
     formula = flop_registry.get(packet)
     if formula is None:
         return 0
-    args, kwargs = tree_map(_val, (node.args, node.kwargs))
+    args, kwargs = compat.tree_map(_val, (node.args, node.kwargs))
     flops = formula(*args, out_val=node.meta.get("val"), **kwargs)
     # symbolic shapes give a SymInt: read its size hint (int() would specialize the graph)
     return int(compat.size_hint(flops)) if not isinstance(flops, int) else flops

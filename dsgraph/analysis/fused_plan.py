@@ -23,7 +23,9 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
+from .. import compat
 from .lifetimes import TensorLifetimes, is_view
+from .ops import op_name
 from .plan import Block, GraphPlan
 from .timeline import Interval, MemoryTimeline, stitch
 
@@ -39,18 +41,10 @@ _INLINED = {
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", "all", "argmax", "argmin"}
 
 
-def op_name(node: Node) -> str:
-    """The op's name without overload (``mm``), or the callable's name."""
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return target.overloadpacket.__name__
-    return getattr(target, "__name__", str(target))
-
-
 def is_inlined(node: Node) -> bool:
     """Inductor can compute this node inside its consumers' kernels."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not compat.is_op(target):
         return False
     return torch.Tag.pointwise in target.tags or op_name(node) in _INLINED
 

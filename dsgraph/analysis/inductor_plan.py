@@ -39,25 +39,15 @@ class GraphCapture:
 
     @contextlib.contextmanager
     def active(self) -> Iterator["GraphCapture"]:
-        import torch._inductor.config as iconfig
-
-        previous = iconfig._post_fusion_custom_pass
-
-        def hook(nodes):
-            from torch._inductor.virtualized import V
-
-            graph = V.graph
+        def record(graph):
             if type(graph).__name__ == "GraphLowering" and all(g is not graph for g in self.graphs):
                 self.graphs.append(graph)
-            return previous(nodes) if previous is not None else nodes
 
-        with iconfig.patch(_post_fusion_custom_pass=hook, fx_graph_cache=False):
+        with compat.post_fusion_hook(record):
             yield self
 
 
 def inductor_plan(graph: Any) -> GraphPlan:
-    from torch._inductor.virtualized import V
-
     scheduler = graph.scheduler
     removed = set(graph.removed_buffers)
     renamed = set(getattr(scheduler, "mutation_real_name", {}))
@@ -65,7 +55,7 @@ def inductor_plan(graph: Any) -> GraphPlan:
     graph_inputs = set(graph.graph_inputs)
     plan = GraphPlan("inductor", [])
     by_name: dict[str, Block] = {}
-    with V.set_graph_handler(graph):
+    with compat.graph_handler(graph):
         for step, snode in enumerate(scheduler.nodes):
             plan.steps.append(snode.get_name())
             for buf in snode.get_outputs():

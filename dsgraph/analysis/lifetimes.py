@@ -29,6 +29,7 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from .base import Analysis
+from .ops import arg_value
 from .sweep import live_per_step
 
 # Ops that return (a view of) their input although their schema has no alias annotation.
@@ -72,9 +73,9 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 
 @lru_cache(maxsize=None)
-def _return_aliases(op: torch._ops.OpOverload) -> tuple[str | None, ...]:
+def _return_aliases(op: Any) -> tuple[str | None, ...]:
     """Per schema return: the name of the argument it aliases, or None."""
-    schema = op._schema
+    schema = compat.op_schema(op)
     out = []
     printed = _printed_returns(schema)
     for ret, ret_text in zip(schema.returns, printed):
@@ -101,10 +102,9 @@ def storage_key(node: Node):
     of one tensor count once; a node without a tensor storage is its own key."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        try:
-            return ("storage", val.untyped_storage()._cdata)
-        except Exception:
-            pass
+        ref = compat.storage_ref(val)
+        if ref is not None:
+            return ("storage", ref)
     return ("node", node)
 
 
@@ -136,7 +136,7 @@ def is_view(node: Node) -> bool:
     if node.target is operator.getitem:
         return True
     target = node.target
-    return (isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
+    return (compat.is_op(target) and not compat.op_schema(target).is_mutable
             and any(name is not None for name in _return_aliases(target)))
 
 
@@ -157,15 +157,6 @@ def _printed_returns(schema: Any) -> list[str]:
     if text.startswith("(") and text.endswith(")"):
         text = text[1:-1]
     return [t.strip() for t in text.split(",")]
-
-
-def _arg_by_name(node: Node, op: torch._ops.OpOverload, name: str) -> Any:
-    for i, arg in enumerate(op._schema.arguments):
-        if arg.name == name:
-            if i < len(node.args):
-                return node.args[i]
-            return node.kwargs.get(name)
-    return None
 
 
 @dataclass(eq=False)
@@ -257,7 +248,7 @@ class TensorLifetimes(Analysis):
                 continue
             if node.op in ("placeholder", "get_attr"):
                 t = vals[0][1]
-                key = _storage_key(t)
+                key = compat.storage_ref(t)
                 existing = fake_storage_owner.get(key) if key is not None else None
                 if existing is not None:  # an input that aliases an earlier input
                     self._join(node, existing)
@@ -297,10 +288,10 @@ class TensorLifetimes(Analysis):
         if node.op != "call_function":
             return None
         target = node.target
-        if isinstance(target, torch._ops.OpOverload):
+        if compat.is_op(target):
             result = []
             for name in _return_aliases(target):
-                arg = _arg_by_name(node, target, name) if name else None
+                arg = arg_value(node, name) if name else None
                 result.append(self.storage_of.get(arg) if isinstance(arg, Node) else None)
             # An op's schema is the truth: no annotation means a fresh allocation, even
             # when a pass copied an input's fake tensor into the new node's meta.
@@ -309,10 +300,10 @@ class TensorLifetimes(Analysis):
         # the output shares an input's storage.
         out_vals = tensor_values(node.meta.get("val"))
         if len(out_vals) == 1 and out_vals[0][0] is None:
-            key = _storage_key(out_vals[0][1])
+            key = compat.storage_ref(out_vals[0][1])
             for arg in node.all_input_nodes:
                 arg_vals = tensor_values(arg.meta.get("val"))
-                if key is not None and len(arg_vals) == 1 and _storage_key(arg_vals[0][1]) == key:
+                if key is not None and len(arg_vals) == 1 and compat.storage_ref(arg_vals[0][1]) == key:
                     return [self.storage_of.get(arg)]
         return None
 
@@ -367,12 +358,3 @@ class TensorLifetimes(Analysis):
 
     def live_at(self, node: Node) -> int:
         return self.live[self.index[node]]
-
-
-def _storage_key(t: torch.Tensor) -> Any:
-    try:
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        return StorageWeakRef(t.untyped_storage())
-    except Exception:  # tensors without storage (some subclasses)
-        return None

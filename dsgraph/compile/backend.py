@@ -5,34 +5,38 @@ it without ``import dsgraph``. Reads the environment once per compile (the passe
 validates the options, and applies the failure policy: with ``fallback="inductor"`` a pass
 failure in any stage warns once and the whole graph (forward and backward together) is
 compiled with the empty pipeline, which is stock Inductor (or plain FX code with
-``inductor=False``); with ``fallback="error"`` the failure is raised.
+``inductor=False``); with ``fallback="error"`` the failure is raised. A post-compile check
+that asks for another compile (``Recompile``) gets one, from Dynamo's graph, up to the
+number of compiles it allows.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 import threading
+import time
 import warnings
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import compat, compile_reports, dumps, profiling
-from .context import CompileConfig
-from .errors import BudgetMiss, PassFailure, find_cause
-from .options import Options, validate_options
-from .pipeline import Pipeline, resolve
+from .. import compat, logs
+from ..errors import DsgraphFallbackWarning, PassFailure, find_cause
+from ..pass_api import CompileConfig, CompileState, Options, Pipeline, Recompile, validate_options
+from ..report import capture, dumps, reports
+from ..units import format_bytes
+from .pipeline import resolve
 from .session import CompileSession
+
+log = logging.getLogger("dsgraph")
 
 _ids = itertools.count()
 _warned: set[tuple[str, str]] = set()
 _warn_lock = threading.Lock()
-
-
-class DsgraphFallbackWarning(UserWarning):
-    """A pass failed and dsgraph compiled the graph without its passes."""
+MAX_WARNED = 1000  # distinct fallback warnings remembered (each is shown once per process)
 
 
 def make_config(options: Options, env: Mapping[str, str]) -> CompileConfig:
@@ -51,6 +55,8 @@ def _warn_once(failure: PassFailure) -> None:
     with _warn_lock:
         if key in _warned:
             return
+        if len(_warned) >= MAX_WARNED:
+            _warned.clear()
         _warned.add(key)
     warnings.warn(
         f"{failure}. dsgraph compiled this graph without its passes (forward and backward "
@@ -70,6 +76,7 @@ def dsgraph_backend(
     if unexpected:
         raise ValueError(f"dsgraph backend got unexpected arguments {sorted(unexpected)}; use options={{...}}")
     compat.check_version()
+    logs.configure_from_env(os.environ)
     opts = validate_options(options)
     config = make_config(opts, os.environ)
     if mode not in (None, "default") and not opts.inductor:
@@ -78,10 +85,12 @@ def dsgraph_backend(
     if opts.inductor and opts.arena:
         patches.update(compat.arena_inductor_patches())  # only inside dsgraph's compile_fx
     compile_id = f"c{next(_ids):03d}"
-    fallback_copy = compat.copy_graph_module(gm) if opts.fallback == "inductor" and len(config.pipeline) else None
-    # under a memory budget, Inductor's plan is checked against it after compiling; an
-    # overrun compiles again from this copy with the overrun reserved (session.py)
-    retry_copy = compat.copy_graph_module(gm) if opts.inductor and config.pipeline.get("checkpoint") else None
+    start = time.perf_counter()
+    log.info("%s: dsgraph compiling a graph of %d nodes; pipeline '%s' (%s)", compile_id, len(gm.graph.nodes),
+             config.pipeline, "Inductor" if opts.inductor else "FX code")
+    # Dynamo's graph as it came: compile_fx rewrites the graph it is given, and a fallback
+    # or another compile starts over from this copy
+    pristine = compat.copy_graph_module(gm) if len(config.pipeline) else None
     session = CompileSession(config, compile_id, patches)
     try:
         while True:
@@ -89,36 +98,51 @@ def dsgraph_backend(
                 compiled = session.compile(gm, example_inputs)
                 break
             except Exception as e:
-                miss = find_cause(e, BudgetMiss)
-                if miss is None or retry_copy is None:
+                again = find_cause(e, Recompile)
+                if again is None or pristine is None:
                     raise
+                if session.attempt >= again.max_compiles:
+                    raise PassFailure(again.pass_name, compile_id, [], RuntimeError(
+                        f"asked for compile {session.attempt + 1} of at most {again.max_compiles}")) from e
+            log.info("%s: %s; compile %d", compile_id, again, session.attempt + 1)
             _discard(session, config, compile_id)
-            session = CompileSession(config, compile_id, patches, margin=miss.margin, attempt=session.attempt + 1)
-            gm = compat.copy_graph_module(retry_copy)
+            state = CompileState(attempt=session.attempt + 1, carry={**session.state.carry, again.pass_name: again.carry})
+            session = CompileSession(config, compile_id, patches, state)
+            gm = compat.copy_graph_module(pristine)
     except Exception as e:
-        failure = _find_pass_failure(e)
-        if failure is None or fallback_copy is None:
+        failure = find_cause(e, PassFailure)
+        if failure is None or pristine is None or opts.fallback != "inductor":
             raise
         if session.captured is not None:
             session.captured.fallback = str(failure)
         _warn_once(failure)
-        return _compile_stock(fallback_copy, example_inputs, config, compile_id, patches, failure)
+        log.warning("%s: pass '%s' failed; compiling this graph without dsgraph's passes", compile_id,
+                    failure.pass_name)
+        return _compile_stock(pristine, example_inputs, config, compile_id, patches, failure)
     _publish(session, config)
+    log.info("%s: dsgraph compiled in %.1f s%s", compile_id, time.perf_counter() - start, _summary(session))
     return compiled
+
+
+def _summary(session: CompileSession) -> str:
+    """The figures every compile has: what the forward saves, each graph's FX peak (the
+    passes' own figures are in their log lines and in ``dsgraph.reports()``)."""
+    parts = []
+    for r in session.reports:
+        if r.memory.get("saved_activation_bytes") is not None:
+            parts.append(f"saved for backward {format_bytes(r.memory['saved_activation_bytes'])}")
+        if r.memory.get("peak_bytes") is not None:
+            parts.append(f"{r.kind} FX peak {format_bytes(r.memory['peak_bytes'])}")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _discard(session: CompileSession, config: CompileConfig, compile_id: str) -> None:
     """Forget a compile that will be redone: its capture entry and dumps."""
-    capture = profiling.current()
-    if capture is not None and session.captured in capture.compiles:
-        capture.compiles.remove(session.captured)
+    current = capture.current()
+    if current is not None and session.captured in current.compiles:
+        current.compiles.remove(session.captured)
     if config.dump_dir:
         dumps.remove_graph_dirs(config.dump_dir, compile_id)
-
-
-def _find_pass_failure(e: BaseException) -> PassFailure | None:
-    """torch may wrap the exception an inner compiler raised; look through the chain."""
-    return find_cause(e, PassFailure)
 
 
 def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, patches, failure: PassFailure):
@@ -140,6 +164,6 @@ def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, p
 
 def _publish(session: CompileSession, config: CompileConfig) -> None:
     for r in session.reports:
-        compile_reports.record(r)
+        reports.record(r)
         if config.dump_dir:
             dumps.add_report(config.dump_dir, r, str(config.pipeline))

@@ -2,22 +2,26 @@
 
 For each pass: time it, collect its stats, dump the graph after it, lint it in debug mode,
 drop cached analyses it does not preserve. On an exception, raise ``PassFailure`` naming
-the pass, the graph and the passes that ran before it.
+the pass, the graph and the passes that ran before it (a ``UsageError``, such as a budget
+below what the graph needs, goes through unchanged: it is the user's to fix). A graph
+variant a pass registers (``ctx.add_variant``) is rewritten by the passes after it too.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Sequence
 
 import torch
 
+from ..errors import PassFailure, UsageError
+from ..pass_api import CompileConfig, PassContext, PassInvocation, PassResult
+from ..report.dumps import GraphDump, prepare_dir
+from ..report.reports import GraphReport, PassRecord, format_stats
 from . import registry
-from .context import CompileConfig, PassContext, PassResult
-from .dumps import GraphDump, prepare_dir
-from .errors import BudgetError, PassFailure
-from .pipeline import PassInvocation
-from .compile_reports import GraphReport, PassRecord
+
+log = logging.getLogger("dsgraph")
 
 
 class InjectedFailure(RuntimeError):
@@ -27,7 +31,7 @@ class InjectedFailure(RuntimeError):
 def _header(report_name: str, label: str, ms: float | None, result: PassResult | None) -> list[str]:
     if ms is None:
         return [f"dsgraph {report_name}: input graph"]
-    stats = ", ".join(f"{k}={v}" for k, v in (result.stats if result else {}).items())
+    stats = format_stats(result.stats) if result else ""
     return [f"dsgraph {report_name}: after pass '{label}'",
             f"pass: {label}  ms: {ms:.2f}  changed: {result.changed if result else '-'}",
             f"stats: {stats or '-'}"]
@@ -38,21 +42,27 @@ def run_passes(
     ctx: PassContext,
     passes: Sequence[PassInvocation],
     report: GraphReport,
+    first: int = 0,
 ) -> torch.fx.GraphModule:
-    """Run ``passes`` on ``gm`` in order; fills ``report`` and returns the final graph."""
+    """Run ``passes[first:]`` on ``gm`` in order; fills ``report`` and returns the final graph."""
     config: CompileConfig = ctx.config
     dump = None
     if config.dump_dir:
         prepare_dir(config.dump_dir)
         dump = GraphDump(config.dump_dir, ctx.graph_name, ctx.stage)
-        dump.graph(0, "input", gm, _header(ctx.graph_name, "input", None, None))
-    report.nodes_before = len(gm.graph.nodes)
-    done: list[str] = []
+        if first == 0:
+            dump.graph(0, "input", gm, _header(ctx.graph_name, "input", None, None))
+    if first == 0:
+        report.nodes_before = len(gm.graph.nodes)
+    done: list[str] = [p.name for p in passes[:first]]
     ctx.gm = gm
     for step, inv in enumerate(passes, start=1):
+        if step <= first:
+            continue
         module = registry.load(inv.name)
-        ctx.args = inv.parsed_args()
+        ctx.args = registry.parsed_args(inv)
         ctx._current_pass = inv.name
+        ctx._pass_index = step
         start = time.perf_counter()
         try:
             if config.test_fail_pass == inv.name:
@@ -63,8 +73,8 @@ def run_passes(
             if config.debug:
                 result.gm.graph.lint()
                 result.gm.recompile()
-        except BudgetError:
-            raise  # the user's budget cannot be met: an options mistake, never a fallback
+        except UsageError:
+            raise  # the user asked for the impossible: an options mistake, never a fallback
         except Exception as e:
             raise PassFailure(inv.name, ctx.graph_name, done, e) from e
         finally:
@@ -75,20 +85,33 @@ def run_passes(
             ctx.invalidate(module.SPEC.preserves)
         ctx.gm = result.gm
         report.passes.append(PassRecord(inv.name, ms, result.changed, dict(result.stats)))
+        log.info("%s: pass %s %.0f ms%s%s", ctx.graph_name, inv.name, ms, "" if result.changed else " (unchanged)",
+                 f": {format_stats(result.stats)}" if result.stats else "")
         done.append(inv.name)
         if dump is not None:
             dump.graph(step, inv.name, ctx.gm, _header(ctx.graph_name, inv.name, ms, result))
     report.nodes_after = len(ctx.gm.graph.nodes)
+    report.memory.update(ctx.figures)
     return ctx.gm
 
 
+def run_variant_passes(variant_gm: torch.fx.GraphModule, ctx: PassContext, passes: Sequence[PassInvocation],
+                       after_pass: int, report: GraphReport) -> torch.fx.GraphModule:
+    """The passes after ``after_pass`` on a graph variant, with a context of its own (its
+    runtime wrappers and variants are not the main graph's: the main graph's wrappers wrap
+    the switch between them)."""
+    sub = PassContext(ctx.config, ctx.stage, ctx.graph_name, ctx.example_inputs, ctx.state)
+    return run_passes(variant_gm, sub, passes, report, first=after_pass)
+
+
 def write_final_dumps(ctx: PassContext, gm: torch.fx.GraphModule, extra: dict[str, Any] | None = None) -> None:
-    """repro.py and memory_timeline.csv of the graph handed to the backend compiler."""
+    """repro.py, memory_timeline.csv and the files passes asked for, of the graph handed to
+    the backend compiler."""
     if not ctx.config.dump_dir:
         return
     dump = GraphDump(ctx.config.dump_dir, ctx.graph_name, ctx.stage)
     dump.timeline_csv(gm)
     if ctx.stage != "joint":
         dump.repro(gm)
-    for name, text in (extra or {}).items():
+    for name, text in {**ctx.dump_files, **(extra or {})}.items():
         dump.text(name, text)

@@ -1,5 +1,8 @@
 """The pipeline string: parsing, printing, and which pipeline a compile uses.
 
+``Pipeline`` and ``PassInvocation`` (the data) live in ``dsgraph.pass_api``; this module
+knows the passes (through the registry), so it parses, checks and resolves.
+
 Grammar: ``name{key=value,...},name,...``; whitespace around items is ignored and the
 empty string is the empty pipeline (stock Inductor). ``str(parse(s)) == s`` for any
 string written without spaces.
@@ -13,54 +16,13 @@ last.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Mapping
 
+from ..errors import did_you_mean
+from ..pass_api import Options, PassInvocation, Pipeline
 from . import registry
-from .options import Options
 
 _NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class PassInvocation:
-    name: str
-    args: tuple[tuple[str, str], ...] = ()  # raw strings, so the pipeline prints back as written
-
-    def __str__(self) -> str:
-        if not self.args:
-            return self.name
-        return self.name + "{" + ",".join(f"{k}={v}" for k, v in self.args) + "}"
-
-    def arg(self, key: str) -> str | None:
-        return dict(self.args).get(key)
-
-    def parsed_args(self) -> dict[str, object]:
-        parsers = registry.spec(self.name).args
-        return {k: parsers[k](v) for k, v in self.args}
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    passes: tuple[PassInvocation, ...] = ()
-
-    def __str__(self) -> str:
-        return ",".join(str(p) for p in self.passes)
-
-    def __iter__(self):
-        return iter(self.passes)
-
-    def __len__(self) -> int:
-        return len(self.passes)
-
-    def names(self) -> list[str]:
-        return [p.name for p in self.passes]
-
-    def get(self, name: str) -> PassInvocation | None:
-        return next((p for p in self.passes if p.name == name), None)
-
-    def for_stage(self, stage: str) -> list[PassInvocation]:
-        return [p for p in self.passes if stage in registry.spec(p.name).stages]
 
 
 def _split_top(text: str) -> list[str]:
@@ -108,7 +70,8 @@ def _parse_item(item: str, text: str) -> PassInvocation:
     for key, value in args:
         if key not in spec.args:
             accepted = ", ".join(sorted(spec.args)) or "none"
-            raise ValueError(f"dsgraph pass '{name}' has no argument '{key}'; accepted: {accepted}")
+            raise ValueError(f"dsgraph pass '{name}' has no argument '{key}'{did_you_mean(key, spec.args)}; "
+                             f"accepted: {accepted}")
         if key in seen:
             raise ValueError(f"dsgraph pass '{name}': argument '{key}' given twice")
         seen.add(key)
@@ -158,7 +121,19 @@ OPTION_TO_PASS: dict[str, tuple[str, str | None]] = {
     "bucket_mb": ("allreduce", "bucket_mb"),
     "compress": ("allreduce", "compress"),
     "lower_triton": ("lower_triton", None),
+    # with inductor=False; through Inductor the option turns on Inductor's own memory
+    # planning instead (a config patch of the backend, no pass)
+    "arena": ("arena", None),
 }
+
+
+def _executor(options: Options) -> str:
+    return "inductor" if options.inductor else "fx"
+
+
+def _serves(pass_name: str, options: Options) -> bool:
+    """Does the pass rewrite graphs for the executor these options choose?"""
+    return _executor(options) in registry.spec(pass_name).executors
 
 
 def default_pipeline(options: Options) -> Pipeline:
@@ -176,6 +151,8 @@ def default_pipeline(options: Options) -> Pipeline:
             args.append(("compress", options.compress))
     if options.lower_triton:
         wanted.setdefault("lower_triton", [])
+    if options.arena and _serves("arena", options):
+        wanted.setdefault("arena", [])
     return Pipeline(
         tuple(PassInvocation(n, tuple(wanted[n])) for n in registry.CANONICAL_ORDER if n in wanted)
     )
@@ -189,6 +166,8 @@ def _check_consistent(pipeline: Pipeline, options: Options, source: str) -> None
         if value in (False, None) or (key == "compress" and value == "none"):
             continue  # an option switched off never contradicts a pipeline
         pass_name, arg = OPTION_TO_PASS[key]
+        if pass_name in registry.known_passes() and not _check_built_and_serves(pass_name, options):
+            continue  # for this executor the option is not a pass (arena through Inductor)
         inv = pipeline.get(pass_name)
         if inv is None:
             raise ValueError(
@@ -202,6 +181,24 @@ def _check_consistent(pipeline: Pipeline, options: Options, source: str) -> None
                 raise ValueError(
                     f"dsgraph option '{key}'={value!r} contradicts '{inv}' in the pipeline from {source}"
                 )
+
+
+def _check_built_and_serves(pass_name: str, options: Options) -> bool:
+    try:
+        return _serves(pass_name, options)
+    except NotImplementedError:
+        return True  # a planned pass: the pipeline's parse reports it
+
+
+def _check_executor(pipeline: Pipeline, options: Options) -> None:
+    for inv in pipeline:
+        spec = registry.spec(inv.name)
+        if _executor(options) not in spec.executors:
+            served = " or ".join("Inductor (inductor=True)" if e == "inductor" else "FX code (inductor=False)"
+                                 for e in spec.executors)
+            runs = "Inductor (inductor=True)" if options.inductor else "FX code (inductor=False)"
+            raise ValueError(f"dsgraph pass '{inv.name}' rewrites graphs that run as {served}; "
+                             f"this compile runs them as {runs}")
 
 
 def _fill_from_options(pipeline: Pipeline, options: Options) -> Pipeline:
@@ -231,6 +228,9 @@ def resolve(options: Options, env: Mapping[str, str]) -> Pipeline:
     for name in disabled:
         if name not in registry.known_passes():
             raise ValueError(
-                f"DSGRAPH_DISABLE names unknown pass '{name}'; known passes: {', '.join(registry.known_passes())}"
+                f"DSGRAPH_DISABLE names unknown pass '{name}'{did_you_mean(name, registry.known_passes())}; "
+                f"known passes: {', '.join(registry.known_passes())}"
             )
-    return Pipeline(tuple(p for p in pipeline if p.name not in disabled))
+    pipeline = Pipeline(tuple(p for p in pipeline if p.name not in disabled))
+    _check_executor(pipeline, options)
+    return pipeline

@@ -1,6 +1,6 @@
-"""Every pass name of the design, its spec, and where its code lives.
+"""Every pass name of the design, where its code lives, and a pipeline's passes per stage.
 
-A pass file in ``passes/`` (installed as ``dsgraph.passes``) defines ``SPEC`` and
+A pass module in ``dsgraph/passes/`` defines ``SPEC`` (a ``PassSpec``) and
 ``run(gm, ctx) -> PassResult``. Names of passes that are designed but not built yet are
 registered too, so naming one gives a clear "not implemented yet" instead of "unknown".
 """
@@ -8,27 +8,10 @@ registered too, so naming one gives a clear "not implemented yet" instead of "un
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Callable, Mapping
 
-from .errors import NotBuiltError
-
-STAGES = ("joint", "forward", "backward", "inference")
-
-
-@dataclass(frozen=True)
-class PassSpec:
-    name: str  # also the file name and the dump name
-    stages: tuple[str, ...]  # of STAGES
-    reads: tuple[str, ...] = ()  # analyses it needs, by class name
-    preserves: tuple[str, ...] = ()  # analyses still valid after it changed the graph
-    mutates: bool = False  # adds in-place ops / aliasing: runs after functional passes
-    handles_mutation: bool = False  # may run after a pass that ``mutates``
-    # Pipeline arguments it accepts: name -> parser of the raw string in "pass{key=value}".
-    args: Mapping[str, Callable[[str], object]] = field(default_factory=dict)
-    doc: str = ""
-
+from ..errors import NotBuiltError, did_you_mean
+from ..pass_api import STAGES, PassInvocation, PassSpec, Pipeline
 
 # name -> module path (built) or a one-line description (not built yet).
 _BUILT = {
@@ -36,13 +19,14 @@ _BUILT = {
     "reorder_for_memory": "dsgraph.passes.reorder_for_memory",
     "grad_pool": "dsgraph.passes.grad_pool",
     "checkpoint": "dsgraph.passes.checkpoint",
+    "arena": "dsgraph.passes.arena",
 }
 _NOT_BUILT = {
     "allreduce": "bucketed gradient all-reduce overlapped with the backward",
     "lower_triton": "lowers fused regions to Triton kernels",
 }
 # The order in which passes must run when a default pipeline is built from options.
-CANONICAL_ORDER = ("lifetimes", "reorder_for_memory", "checkpoint", "grad_pool", "allreduce", "lower_triton")
+CANONICAL_ORDER = ("lifetimes", "reorder_for_memory", "checkpoint", "grad_pool", "allreduce", "lower_triton", "arena")
 
 
 _EXTRA: dict[str, ModuleType] = {}  # passes registered at run time (plugins, tests)
@@ -66,7 +50,8 @@ def known_passes() -> tuple[str, ...]:
 
 def _check_known(name: str) -> None:
     if name not in _BUILT and name not in _NOT_BUILT and name not in _EXTRA:
-        raise ValueError(f"unknown dsgraph pass '{name}'; known passes: {', '.join(known_passes())}")
+        hint = did_you_mean(name, known_passes())
+        raise ValueError(f"unknown dsgraph pass '{name}'{hint}; known passes: {', '.join(known_passes())}")
 
 
 def load(name: str) -> ModuleType:
@@ -82,3 +67,14 @@ def load(name: str) -> ModuleType:
 
 def spec(name: str) -> PassSpec:
     return load(name).SPEC
+
+
+def stage_passes(pipeline: Pipeline, stage: str) -> list[PassInvocation]:
+    """The passes of ``pipeline`` that run on graphs of ``stage``, in order."""
+    return [p for p in pipeline if stage in spec(p.name).stages]
+
+
+def parsed_args(inv: PassInvocation) -> dict[str, object]:
+    """The pass's arguments, each read by the parser its spec declares."""
+    parsers = spec(inv.name).args
+    return {k: parsers[k](v) for k, v in inv.args}

@@ -4,59 +4,51 @@ dsgraph goes through Inductor's own ``compile_fx`` with two hooks, so that with 
 pipeline exactly the graphs stock Inductor would compile reach ``compile_fx_inner``:
 
 - a ``CustomPartitionerFn`` (stage "joint"): runs joint passes after Inductor's
-  joint-graph passes, then partitions (the checkpoint pass will decide the partition);
+  joint-graph passes, then partitions, with the partitioner a pass set
+  (``ctx.set_partitioner``) or Inductor's min-cut;
 - an ``inner_compile`` (stages "forward", "backward", "inference"): runs that stage's
-  passes, then ``compile_fx_inner`` (``inductor=True``) or the FX code (``inductor=False``),
-  then the runtime wrappers passes registered.
+  passes, then ``compile_fx_inner`` (``inductor=True``) or the FX code (``inductor=False``)
+  for the graph and each variant passes registered, then the post-compile checks (after
+  the backward) and the runtime wrappers passes registered.
+
+The session names no pass: what a pass changes beyond its graph goes through the hooks of
+``dsgraph.pass_api``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
-import warnings
 from typing import Any, Sequence
 
 import torch
 
-from . import compat, dumps, profiling
-from .analysis.inductor_plan import GraphCapture, inductor_plan
-from .analysis.lifetimes import TensorLifetimes
-from .context import CompileConfig, PassContext
-from .errors import BudgetMiss, DsgraphBudgetWarning, PassFailure
-from .manager import run_passes, write_final_dumps
-from .analysis.plan import fx_plan
-from .analysis.timeline import Interval
-from .memory import inductor_timeline, inputs_external
-from .profiling import CapturedCompile, StageGraphs
-from .compile_reports import GraphReport
-from .units import format_bytes
-from .recompute.partition import saved_names
+from .. import compat
+from ..analysis.inductor_plan import GraphCapture, inductor_plan
+from ..analysis.lifetimes import TensorLifetimes
+from ..analysis.plan import fx_plan
+from ..analysis.step import StageGraphs, saved_names
+from ..errors import PassFailure
+from ..pass_api import CompileConfig, CompiledStep, CompileState, PassContext
+from ..report import capture, dumps
+from ..report.capture import CapturedCompile
+from ..report.reports import GraphReport
+from ..runtime.wrappers import boxed, variant_switch
+from ..units import format_bytes
+from . import registry
+from .manager import run_passes, run_variant_passes, write_final_dumps
 
-
-# compiles of one graph under a memory budget whose Inductor plan overruns it (each one
-# plans the overruns so far below the budget): the prediction errs by a few percent, so
-# one more compile usually fits
-MAX_COMPILES = 3
+log = logging.getLogger("dsgraph")
 
 
 @functools.lru_cache(maxsize=None)
 def _source_hash() -> str:
     """Hash of dsgraph's own sources: part of the partitioner's cache identity."""
-    from torch._inductor.custom_graph_pass import get_hash_for_files
-
-    import dsgraph.lowering
-    import dsgraph.passes
-
-    files = []
-    for module in (dsgraph.passes, dsgraph.lowering):
-        root = os.path.dirname(os.path.abspath(module.__file__))
-        files += [os.path.join(root, n) for n in os.listdir(root) if n.endswith(".py")]
-    here = os.path.dirname(os.path.abspath(__file__))
-    for dirpath, _, names in os.walk(here):
-        files += [os.path.join(dirpath, n) for n in names if n.endswith(".py")]
-    return get_hash_for_files(tuple(sorted(set(files)))).hex()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dsgraph package
+    files = [os.path.join(d, n) for d, _, names in os.walk(root) for n in names if n.endswith(".py")]
+    return compat.hash_for_files(tuple(sorted(files)))
 
 
 def graph_params(gm: torch.fx.GraphModule) -> list:
@@ -93,7 +85,7 @@ def partition_summary(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> tup
             continue
         t = node.meta["val"]
         kind = "input" if storage.is_input else "activation"
-        rows.append(f"| {name} | {t.dtype} {list(t.shape)} | {storage.name} ({storage.nbytes} B) | {kind} |")
+        rows.append(f"| {name} | {t.dtype} {list(t.shape)} | {storage.name} ({format_bytes(storage.nbytes)}) | {kind} |")
     activations = lifetimes.saved_bytes(names)
     text = "\n".join([
         "# partition", "",
@@ -105,45 +97,46 @@ def partition_summary(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> tup
 
 
 class CompileSession:
-    def __init__(self, config: CompileConfig, compile_id: str, inductor_patches: dict[str, Any], margin: int = 0,
-                 attempt: int = 1):
+    def __init__(self, config: CompileConfig, compile_id: str, inductor_patches: dict[str, Any],
+                 state: CompileState | None = None):
         self.config = config
         self.compile_id = compile_id
         self.inductor_patches = inductor_patches
-        self.attempt = attempt  # compiles of this graph so far, this one included
-        self.shared: dict[str, Any] = {"checkpoint_margin": margin} if margin else {}
+        self.state = state if state is not None else CompileState()
         self.reports: list[GraphReport] = []
-        # graphs kept for memory timelines (dumps, dsgraph.memory_profile)
+        # graphs kept for memory timelines (dumps, dsgraph.memory_profile) and checks
         self.stages: dict[str, StageGraphs] = {}
-        self.inductor_plans: dict[str, Any] = {}  # Inductor's buffer plan per stage, under a budget
-        self.forward_inputs: list = []  # the forward's inputs, as step-long memory (under a budget)
-        capture = profiling.current()
+        current = capture.current()
         self.captured: CapturedCompile | None = None
-        if capture is not None:
+        if current is not None:
             self.captured = CapturedCompile(compile_id, config.options.inductor, self.stages)
-            capture.compiles.append(self.captured)
+            current.compiles.append(self.captured)
+
+    @property
+    def attempt(self) -> int:
+        return self.state.attempt
 
     # -- stage "joint" ------------------------------------------------------------------
 
     def partition(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any):
         start = time.perf_counter()
-        ctx = PassContext(self.config, "joint", f"{self.compile_id}_joint", joint_inputs, self.shared)
+        log.info("%s_joint: partitioning the joint graph (%d nodes) into forward and backward",
+                 self.compile_id, len(gm.graph.nodes))
+        ctx = PassContext(self.config, "joint", f"{self.compile_id}_joint", joint_inputs, self.state)
         report = self._new_report("joint")
-        self.shared["partition_kwargs"] = dict(kwargs)
-        gm = run_passes(gm, ctx, self.config.pipeline.for_stage("joint"), report)
-        partition_fn = self.shared.get("partition_fn", compat.default_partition)
+        self.state.partition_kwargs = dict(kwargs)
+        gm = run_passes(gm, ctx, registry.stage_passes(self.config.pipeline, "joint"), report)
+        partition_fn = self.state.partitioner[1] if self.state.partitioner else compat.default_partition
         fw, bw = partition_fn(gm, joint_inputs, **kwargs)
-        self.shared["saved_names"] = saved_names(bw)
+        self.state.saved_names = saved_names(bw)
         if self.captured is not None:
-            self.captured.saved_names = list(self.shared["saved_names"])
+            self.captured.saved_names = list(self.state.saved_names)
         text, figures = partition_summary(fw, bw)
         report.memory.update(figures)
-        extra = {"partition.md": text}
-        plan = self.shared.get("checkpoint_plan")
-        if plan is not None:
-            extra["checkpoint.md"] = plan.text()
-            report.memory.update({f"checkpoint_{k}": v for k, v in plan.stats().items()})
-        write_final_dumps(ctx, gm, extra)
+        log.info("%s_joint: the forward saves %d values for the backward (%s of activations)%s", self.compile_id,
+                 figures["saved_values"], format_bytes(figures["saved_activation_bytes"]),
+                 f", partitioned by pass '{self.state.partitioner[0]}'" if self.state.partitioner else "")
+        write_final_dumps(ctx, gm, {"partition.md": text})
         report.compile_seconds = time.perf_counter() - start
         self.reports.append(report)
         return fw, bw
@@ -153,113 +146,95 @@ class CompileSession:
     def inner_compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
         stage = stage_of(kwargs)
         start = time.perf_counter()
-        ctx = PassContext(self.config, stage, f"{self.compile_id}_{stage}", example_inputs, self.shared)
+        log.info("%s_%s: compiling the %s graph (%d nodes)", self.compile_id, stage, stage, len(gm.graph.nodes))
+        ctx = PassContext(self.config, stage, f"{self.compile_id}_{stage}", example_inputs, self.state)
         report = self._new_report(stage)
-        passes = self.config.pipeline.for_stage(stage)
-        keep_graphs = self.captured is not None or bool(self.config.dump_dir)
-        before = compat.copy_graph_module(gm) if keep_graphs else None
+        passes = registry.stage_passes(self.config.pipeline, stage)
+        # graphs are kept (and Inductor's plan read, which needs a compile that misses its
+        # FX graph cache) only for dumps, captures (memory_profile) and post-compile checks
+        keep_before = self.captured is not None or bool(self.config.dump_dir)
+        keep = keep_before or bool(self.state.post_compile_checks)
+        before = compat.copy_graph_module(gm) if keep_before else None
         gm = run_passes(gm, ctx, passes, report)
-        if self.config.options.arena and not self.config.options.inductor:
-            gm = self._arena(gm, ctx, report, len(passes) + 1)
+        variants = []
+        for variant in ctx.variants:
+            sub = self._new_report(stage)
+            vgm = run_variant_passes(variant.gm, ctx, passes, variant.after_pass, sub)
+            report.passes += [type(p)(f"{p.name}[{variant.name}]", p.ms, p.changed, p.stats) for p in sub.passes]
+            variants.append((variant, vgm))
         write_final_dumps(ctx, gm)
         for record in report.passes:
             if record.name == "lifetimes":
                 report.memory.update({k: v for k, v in record.stats.items() if k != "nodes"})
-        if keep_graphs:
+        if keep:
             self.stages[stage] = StageGraphs(before, compat.copy_graph_module(gm))
-        if self.config.options.inductor:
-            # under a memory budget Inductor's own plan is checked against it (below)
-            check_budget = self.shared.get("checkpoint_plan") is not None and stage in ("forward", "backward")
-            try:
-                if keep_graphs or check_budget:
-                    with GraphCapture().active() as graphs:
-                        compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
-                    planned = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
-                    if keep_graphs:
-                        self.stages[stage].inductor = planned
-                    self.inductor_plans[stage] = planned
-                else:
-                    compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
-            except Exception as e:
-                changed = [p.name for p in report.passes if p.changed]
-                if not changed:
-                    raise  # stock Inductor fails on this graph too: not dsgraph's to hide
-                raise PassFailure(changed[-1], ctx.graph_name, [p.name for p in report.passes][:-1],
-                                  RuntimeError(f"Inductor could not compile the graph this pass produced: {e}")) from e
-            if check_budget and stage == "forward":
-                # measured here, not taken from the planner, so the check is independent
-                self.forward_inputs = inputs_external(gm)
-            if check_budget and stage == "backward":
-                self._check_budget(gm)
-        else:
-            compiled = compat.boxed_fx(gm)
+        compiled = self._backend_compile(gm, ctx, report, kwargs, stage, keep)
+        if variants:
+            compiled = variant_switch(boxed(compiled), [
+                (v.use_when, boxed(self._backend_compile(vgm, ctx, report, kwargs, stage, keep=False)))
+                for v, vgm in variants])
+        if stage == "backward":
+            self._run_checks()
         for _, wrapper in ctx.runtime_wrappers:
-            compiled = _boxed(wrapper(compiled))
+            compiled = boxed(wrapper(compiled))
         if self.config.dump_dir and stage in ("backward", "inference"):
-            dumps.step_memory(self.config.dump_dir, self.compile_id, self.stages, self.shared.get("saved_names", []))
+            dumps.step_memory(self.config.dump_dir, self.compile_id, self.stages, self.state.saved_names or [])
         report.compile_seconds = time.perf_counter() - start
         self.reports.append(report)
+        log.info("%s_%s: compiled in %.1f s", self.compile_id, stage, report.compile_seconds)
         return compiled
 
-    def _check_budget(self, bw_gm: torch.fx.GraphModule) -> None:
-        """The checkpoint planner predicts Inductor's buffers with ``fused_plan``; here the
-        plans Inductor really made are stitched into the step's peak and held against the
-        budget. An overrun raises ``BudgetMiss``: the backend compiles again with the
-        overruns so far reserved, up to MAX_COMPILES compiles; past that it is a warning."""
-        plan = self.shared["checkpoint_plan"]
-        fw, bw = self.inductor_plans.get("forward"), self.inductor_plans.get("backward")
+    def _backend_compile(self, gm, ctx: PassContext, report: GraphReport, kwargs: dict, stage: str, keep: bool):
+        """``compile_fx_inner`` (recording Inductor's buffer plan when ``keep``) or the FX code."""
+        if not self.config.options.inductor:
+            return compat.boxed_fx(gm)
+        try:
+            if keep:
+                with GraphCapture().active() as graphs:
+                    compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
+                self.stages[stage].inductor = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
+            else:
+                compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
+        except Exception as e:
+            changed = [p.name for p in report.passes if p.changed]
+            if not changed:
+                raise  # stock Inductor fails on this graph too: not dsgraph's to hide
+            raise PassFailure(changed[-1], ctx.graph_name, [p.name for p in report.passes][:-1],
+                              RuntimeError(f"Inductor could not compile the graph this pass produced: {e}")) from e
+        return compiled
+
+    def _run_checks(self) -> None:
+        """The post-compile checks passes registered, on the forward and backward as they
+        will execute; their figures go into the joint graph's report."""
+        if not self.state.post_compile_checks:
+            return
+        fw, bw = self.stages.get("forward"), self.stages.get("backward")
         if fw is None or bw is None:
             return
-        external = self.forward_inputs + [Interval("gradient pool", plan.extra_external, 0, 0)]
-        peak = inductor_timeline(fw, bw, fx_plan(bw_gm), external, self.shared.get("saved_names", [])).peak_bytes
-        plan.inductor_peak = peak
-        for r in self.reports:
-            if r.kind == "joint":
-                r.memory["checkpoint_inductor_peak"] = peak
-        if peak <= plan.budget:
-            return
-        if self.attempt < MAX_COMPILES and not plan.margin_capped:
-            # the next plan keeps below the budget what this plan's prediction erred by (its
-            # prediction was within the budget, so that is at least the overrun), or the
-            # overruns so far, whichever is more, and 1% of the budget: the error changes
-            # from plan to plan
-            error = peak - (plan.predicted_peak - plan.margin)
-            margin = max(error, plan.margin + peak - plan.budget) + plan.budget // 100
-            raise BudgetMiss(margin, peak, plan.budget)
-        last = ("the last with the smallest plan (a larger margin leaves none)" if plan.margin_capped
-                else f"the last planning {plan.margin} bytes below the budget")
-        warnings.warn(
-            f"dsgraph memory budget {plan.budget} bytes: Inductor's plan of the compiled graphs peaks at "
-            f"{peak} bytes after {self.attempt} compiles, {last}",
-            DsgraphBudgetWarning, stacklevel=2)
-
-    def _arena(self, gm: torch.fx.GraphModule, ctx: PassContext, report: GraphReport, step: int):
-        """``arena=True`` with FX execution: intermediates at planned offsets in buffers
-        (arena.py). Runs after the passes, on the graph that executes; a failure (or
-        ``DSGRAPH_TEST_FAIL_PASS=arena``) is handled like a failing pass: the fallback
-        compiles this graph stock, without the arena."""
-        from .arena_rewrite import arena_graph
-
+        bw_fx = fx_plan(bw.after)
+        inductor = self.config.options.inductor
+        if inductor and (fw.inductor is None or bw.inductor is None):
+            return  # Inductor scheduled nothing to read (an empty graph)
+        step = CompiledStep(
+            executor=self.config.executor, forward=fw.after, backward=bw.after,
+            forward_plan=fw.inductor if inductor else fx_plan(fw.after),
+            backward_plan=bw.inductor if inductor else bw_fx, backward_fx_plan=bw_fx,
+            saved_names=list(self.state.saved_names or []), attempt=self.state.attempt)
         try:
-            if self.config.test_fail_pass == "arena":
-                raise RuntimeError("DSGRAPH_TEST_FAIL_PASS=arena")
-            plan, _ = arena_graph(gm, ctx.stage, debug=self.config.debug)
-        except Exception as e:
-            raise PassFailure("arena", ctx.graph_name, [p.name for p in report.passes], e) from e
-        report.memory.update(plan.stats())
-        report.nodes_after = len(gm.graph.nodes)
-        if self.config.dump_dir:
-            dumps.GraphDump(self.config.dump_dir, ctx.graph_name, ctx.stage).graph(
-                step, "arena", gm, [f"dsgraph {ctx.graph_name}: after the arena (not a pass)", *str(plan).splitlines()])
-        return gm
+            for _, check in self.state.post_compile_checks:
+                check(step)
+        finally:
+            for r in self.reports:
+                if r.kind == "joint":
+                    r.memory.update(step.figures)
 
     def _new_report(self, kind: str) -> GraphReport:
         return GraphReport(self.compile_id, kind, str(self.config.pipeline), self.config.options.inductor)
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         if self.captured is not None:
-            self.captured.dynamo_inputs = profiling.dynamo_inputs(gm)
-        self.shared["graph_params"] = graph_params(gm)
+            self.captured.dynamo_inputs = capture.dynamo_inputs(gm)
+        self.state.graph_params = graph_params(gm)
         partitioner = make_partitioner(self)
         with compat.dsgraph_compile_config():
             return compat.compile_fx(
@@ -268,12 +243,6 @@ class CompileSession:
                 inner_compile=self.inner_compile,
                 config_patches={**self.inductor_patches, "custom_partitioner_fn": partitioner},
             )
-
-
-def _boxed(fn):
-    if getattr(fn, "_boxed_call", False):
-        return fn
-    return compat.make_boxed(fn)
 
 
 class _PartitionerKey:

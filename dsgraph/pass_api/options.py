@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import NotBuiltError
-from .units import parse_bytes
+from ..errors import NotBuiltError, did_you_mean
+from ..units import parse_bytes
 
 FALLBACKS = ("inductor", "error")
 COMPRESS = ("none", "bf16")
@@ -151,7 +151,8 @@ def validate_options(options: Mapping[str, object] | Options | None) -> Options:
     for key, raw in options.items():
         if key not in _VALIDATORS:
             accepted = "\n".join(f"  {k}: {h}" for k, h in OPTION_HELP.items())
-            raise ValueError(f"unknown dsgraph option '{key}'; accepted options:\n{accepted}")
+            raise ValueError(f"unknown dsgraph option {key!r}{did_you_mean(str(key), _VALIDATORS)}; "
+                             f"accepted options:\n{accepted}")
         values[key] = _VALIDATORS[key](raw)
     for key, value in values.items():
         if key in NOT_BUILT and not _is_default(key, value) and value not in (False, None):

@@ -1,7 +1,21 @@
-"""The arena's graph rewrite: planned nodes write into typed, strided views of their
-buffer through ``.out`` overloads (or fill/copy), sizes and offsets emitted as integer
-arithmetic on the graph's size symbols, debug poisoning after last uses. The plan comes
-from ``dsgraph/arena.py``."""
+"""arena: a graph's intermediates at planned offsets in one buffer (FX execution only).
+
+Runs last, on the graph that executes (``arena=True`` with ``inductor=False`` puts it in the
+default pipeline; through Inductor the option turns on Inductor's own ``memory_planning``
+instead). The plan (``dsgraph.analysis.arena_plan``) gives each planned tensor an offset;
+this rewrite makes its node write into a typed, strided view of the buffer through the
+op's ``.out`` overload (or fill/copy), with sizes and offsets emitted as integer arithmetic
+on the graph's size symbols, and in debug mode poisons bytes after their last use.
+Before/after::
+
+    mm = aten.mm.default(x, w)                  arena = aten.empty.memory_format([4096], dtype=torch.uint8)
+                                           ->   view = aten.view.dtype(aten.as_strided(arena, ...), torch.float32)
+                                                mm = aten.mm.out(x, w, out=view)
+
+Arithmetic is unchanged (the same ops write the same values), so gradients are bitwise
+those of the pipeline without it. Stats: the plan's figures (``arena_bytes``,
+``arena_tensors``, ...), also added to the graph's report.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +26,20 @@ from typing import Any, Callable
 import sympy
 import torch
 from torch.fx import GraphModule, Node
-from torch.utils._sympy.functions import FloorDiv
 
-from . import compat
-from .analysis.lifetimes import TensorLifetimes, default_held, tensor_values
-from .arena import DEBUG_FILL, ArenaPlan, ArenaSlot, graph_symbols, plan_arena, writer_of
+from dsgraph import compat
+from dsgraph.analysis.arena_plan import DEBUG_FILL, ArenaPlan, ArenaSlot, graph_symbols, plan_arena, writer_of
+from dsgraph.analysis.lifetimes import TensorLifetimes, default_held, tensor_values
+from dsgraph.pass_api import PassContext, PassResult, PassSpec
+
+SPEC = PassSpec(
+    name="arena",
+    stages=("forward", "backward", "inference"),
+    mutates=True,
+    handles_mutation=True,  # runs after grad_pool's in-place adds
+    executors=("fx",),
+    doc="intermediates at planned offsets in one buffer per graph (FX execution)",
+)
 
 aten = torch.ops.aten
 
@@ -44,7 +67,7 @@ class _Emitter:
         if isinstance(expr, sympy.Symbol):
             node, dim, _ = self.symbols[expr]
             out = node if dim is None else self._node(aten.sym_size.int, (node, dim))
-        elif isinstance(expr, FloorDiv):
+        elif isinstance(expr, compat.FloorDiv):
             out = self._node(operator.floordiv, (self(expr.args[0]), self(expr.args[1])))
         elif isinstance(expr, sympy.Pow):
             base = self(expr.base)
@@ -102,7 +125,7 @@ def apply_arena(gm: GraphModule, plan: ArenaPlan, debug: bool = False) -> Applie
                 node = graph.create_node("call_function", aten.view.dtype, (arena, dtype),
                                          name=f"{arena.name}_{str(dtype).replace('torch.', '')}")
             node.meta["val"] = _fake(fake_mode, lambda: torch.empty(
-                compat.symint_of(fake_mode, FloorDiv(buf.nbytes_expr, itemsize), buf.nbytes // itemsize),
+                compat.symint_of(fake_mode, compat.FloorDiv(buf.nbytes_expr, itemsize), buf.nbytes // itemsize),
                 dtype=dtype, device=device))
             typed[(key, dtype)] = node
         return typed[(key, dtype)]
@@ -127,7 +150,7 @@ def apply_arena(gm: GraphModule, plan: ArenaPlan, debug: bool = False) -> Applie
                         typed_view(s.buffer, t.dtype),
                         [emit(compat.sym_expr(x)) for x in t.shape],
                         [emit(compat.sym_expr(x)) for x in t.stride()],
-                        emit(FloorDiv(s.offset_expr, itemsize) if not s.offset_expr.is_Integer
+                        emit(compat.FloorDiv(s.offset_expr, itemsize) if not s.offset_expr.is_Integer
                              else sympy.Integer(s.offset // itemsize))), name=f"{name}_in_arena")
                     applied.views[s.name] = out
                 out.meta["val"] = t
@@ -180,3 +203,10 @@ def arena_graph(gm: GraphModule, stage: str, debug: bool = False) -> tuple[Arena
     applied = apply_arena(gm, plan, debug)
     plan.fx_peak = TensorLifetimes(gm, default_held(stage)).peak()[0]
     return plan, applied
+
+
+def run(gm: GraphModule, ctx: PassContext) -> PassResult:
+    plan, applied = arena_graph(gm, ctx.stage, debug=ctx.config.debug)
+    ctx.report(**plan.stats())
+    ctx.dump_text("arena.md", str(plan) + "\n")
+    return PassResult(gm, changed=applied is not None, stats=plan.stats())

@@ -25,7 +25,7 @@ fuse an add into get their own rewrite when the graph goes to Inductor: a tied w
 itself. Both reassociate float additions when the slot already holds gradients, so with
 ``inductor=False`` (bitwise to the unpooled pipeline) they stay plain adds. The graph always accumulates;
 the runtime wrapper zeroes the slots of parameters whose ``.grad`` is None beforehand. The backward then returns None for
-pooled parameters, and ``dsgraph.pool.PooledBackward`` (a runtime wrapper) owns ``.grad``:
+pooled parameters, and ``dsgraph.runtime.pool.PooledBackward`` (a runtime wrapper) owns ``.grad``:
 accumulation, hooks, zeroing and set-to-None all keep eager's semantics.
 
 Which backward output belongs to which parameter: outputs follow the forward's inputs,
@@ -39,14 +39,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from torch._prims_common import make_contiguous_strides_for
 from torch.fx import GraphModule, Node
 
 from dsgraph import compat
-from dsgraph.context import PassContext, PassResult
-from dsgraph.ops import ADDMM_INTO, MM_INTO
-from dsgraph.pool import MANAGER, PooledBackward, Slot
-from dsgraph.registry import PassSpec
+from dsgraph.pass_api import PassContext, PassResult, PassSpec
+from dsgraph.runtime.ops import ADDMM_INTO, MM_INTO
+from dsgraph.runtime.pool import MANAGER, PooledBackward, Slot
 
 SPEC = PassSpec(
     name="grad_pool",
@@ -87,7 +85,7 @@ class PoolPlan:
 
 
 def _row_major(slot: Slot) -> bool:
-    return tuple(slot.stride) == tuple(make_contiguous_strides_for(slot.shape))
+    return tuple(slot.stride) == compat.contiguous_strides(slot.shape)
 
 
 def _writes_whole_slot_by_mm(node: Node, slot: Slot) -> bool:
@@ -228,8 +226,8 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
 
 
 def run(gm: GraphModule, ctx: PassContext) -> PassResult:
-    params = ctx.shared.get("graph_params")
-    if params is None:
+    params = ctx.state.graph_params
+    if not params:
         raise ValueError("grad_pool needs the parameters behind the graph's inputs (Dynamo did not record them)")
     plan = plan_pool(gm, params, inductor=ctx.config.options.inductor)
     how = Counter(e.how for e in plan.entries)
@@ -238,9 +236,7 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
              "pooled_bytes": sum(e.slot.numel * e.slot.key[1].itemsize for e in plan.entries)}
     if not plan.entries:
         return PassResult(gm, changed=False, stats=stats)
-    from torch._guards import detect_fake_mode
-
-    fake_mode = detect_fake_mode(ctx.example_inputs) or compat.fake_mode_of(gm)
+    fake_mode = compat.detect_fake_mode(ctx.example_inputs) or compat.fake_mode_of(gm)
     gm, fakes = apply_pool(gm, plan, fake_mode)
     ctx.example_inputs.extend(fakes)
     ctx.register_runtime_wrapper(PooledBackward(MANAGER, [e.slot for e in plan.entries],

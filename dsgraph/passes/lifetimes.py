@@ -13,8 +13,7 @@ forward allocates and returns to the backward, not parameters or inputs).
 from __future__ import annotations
 
 from dsgraph.analysis.lifetimes import TensorLifetimes
-from dsgraph.context import PassContext, PassResult
-from dsgraph.registry import PassSpec
+from dsgraph.pass_api import PassContext, PassResult, PassSpec
 
 SPEC = PassSpec(
     name="lifetimes",
@@ -33,7 +32,7 @@ def run(gm, ctx: PassContext) -> PassResult:
         node.meta["dsgraph_live_bytes"] = lifetimes.live[i]
     peak, peak_node = lifetimes.peak()
     stats = {"nodes": len(lifetimes.nodes), "peak_bytes": peak, "peak_node": peak_node.name if peak_node else "-"}
-    saved = ctx.shared.get("saved_names")
+    saved = ctx.state.saved_names
     if ctx.stage == "forward" and saved is not None:
         stats["saved_bytes"] = lifetimes.saved_bytes(saved)
     return PassResult(gm, changed=False, stats=stats)

@@ -22,13 +22,13 @@ import heapq
 import operator
 from dataclasses import dataclass
 
-import torch
 from torch.fx import GraphModule, Node
 
+from dsgraph import compat
 from dsgraph.analysis.lifetimes import TensorLifetimes
 from dsgraph.analysis.sweep import live_per_step
-from dsgraph.context import PassContext, PassResult
-from dsgraph.registry import PassSpec
+from dsgraph.analysis.ops import is_mutating, is_random, written_args
+from dsgraph.pass_api import PassContext, PassResult, PassSpec
 
 SPEC = PassSpec(
     name="reorder_for_memory",
@@ -62,24 +62,11 @@ def _is_ordered(node: Node) -> bool:
         return node.op != "get_attr"
     if target is operator.getitem:
         return False
-    if not isinstance(target, torch._ops.OpOverload):
+    if not compat.is_op(target):
         return True  # higher-order ops and Python callables: assume the worst
-    if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
+    if is_mutating(node) or is_random(node):
         return True
     return target.namespace in ("_c10d_functional", "c10d_functional", "_dtensor", "prims_collectives")
-
-
-def _mutated_args(node: Node) -> list[Node]:
-    target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-        return []
-    out = []
-    for i, arg in enumerate(target._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            if isinstance(value, Node):
-                out.append(value)
-    return out
 
 
 def _dependencies(lifetimes: TensorLifetimes, movable: list[Node]) -> dict[Node, set[Node]]:
@@ -99,7 +86,7 @@ def _dependencies(lifetimes: TensorLifetimes, movable: list[Node]) -> dict[Node,
             if s is not None:
                 readers.setdefault(s.id, []).append(n)
     for n in movable:
-        for arg in _mutated_args(n):
+        for arg in written_args(n):
             s = lifetimes.storage_of.get(arg)
             if s is None:
                 continue

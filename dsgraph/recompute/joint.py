@@ -29,6 +29,7 @@ from torch.fx import GraphModule, Node
 
 from ..analysis.fused_plan import materialized, op_name
 from ..analysis.lifetimes import node_bytes, storage_key
+from ..analysis.ops import is_random
 
 
 def _is_tangent(node: Node) -> bool:
@@ -36,19 +37,6 @@ def _is_tangent(node: Node) -> bool:
 
 
 _INDUCTOR_RANDOM = ("inductor_random", "inductor_randint")
-
-
-def _is_seeded(node: Node) -> bool:
-    """Draws random numbers. Attention ops carry the tag for their optional dropout: they
-    are random only with ``dropout_p`` > 0."""
-    target = node.target
-    if not (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags):
-        return False
-    for i, arg in enumerate(target._schema.arguments):
-        if arg.name == "dropout_p":
-            value = node.kwargs.get("dropout_p", node.args[i] if i < len(node.args) else arg.default_value)
-            return not (isinstance(value, (int, float)) and value == 0)
-    return True
 
 
 @dataclass
@@ -117,12 +105,12 @@ class JointGraph:
             if all((a in params) or (a in static) for a in ins if a.op != "get_attr"):
                 static.add(n)
             derived = any(a in random for a in ins) and (n in static or n.target is operator.getitem)
-            if _is_seeded(n) or derived:  # an element of a random op (native_dropout's mask) too
+            if is_random(n) or derived:  # an element of a random op (native_dropout's mask) too
                 random.add(n)
         joint = cls(gm, num_fwd_outputs, primals, tangents, params, forward, backward, static, random)
         joint.position = {n: i for i, n in enumerate(forward)}
         joint.order = index
-        joint.unreproducible = {n for n in random if _is_seeded(n) or op_name(n) in _INDUCTOR_RANDOM}
+        joint.unreproducible = {n for n in random if is_random(n) or op_name(n) in _INDUCTOR_RANDOM}
         joint.primal_storages = frozenset(storage_key(p) for p in primals)
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))

@@ -17,6 +17,7 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from ..analysis.lifetimes import storage_nbytes
+from ..analysis.step import saved_names  # noqa: F401  (re-exported: the planner's modules use it)
 from .joint import JointGraph
 
 
@@ -59,11 +60,6 @@ def closure(joint: JointGraph, saved: Iterable[Node], also_needed: Iterable[Node
     reached = seen
     everything = [n for n in everything if n in reached]
     return Closure(everything, sorted(recomputed, key=order.__getitem__), sorted(forced, key=order.__getitem__))
-
-
-def saved_names(bw: GraphModule) -> list[str]:
-    """Values the backward receives from the forward (all its inputs but the tangents)."""
-    return [n.name for n in bw.graph.nodes if n.op == "placeholder" and "tangents" not in n.name]
 
 
 def _save_random(joint: JointGraph, node: Node) -> bool:

@@ -18,16 +18,11 @@ from typing import Any, Callable, Iterator
 import sympy
 import torch
 
-from .analysis.plan import GraphPlan
+from .. import compat
+from ..analysis.lifetimes import storage_bytes_expr
+from ..analysis.step import StageGraphs
 
 _current: contextvars.ContextVar["Capture | None"] = contextvars.ContextVar("dsgraph_capture", default=None)
-
-
-@dataclass
-class StageGraphs:
-    before: torch.fx.GraphModule | None  # the graph dsgraph received
-    after: torch.fx.GraphModule  # the graph after dsgraph's passes
-    inductor: GraphPlan | None = None  # Inductor's schedule of ``after``
 
 
 @dataclass
@@ -63,9 +58,6 @@ def capture() -> Iterator[Capture]:
 
 def dynamo_inputs(gm: torch.fx.GraphModule) -> list[tuple[Any, Callable[[], sympy.Expr]]]:
     """(real tensor, bytes expression) for each tensor input of a Dynamo graph."""
-    from . import compat
-    from .analysis.lifetimes import storage_bytes_expr
-
     out = []
     for node, example in compat.dynamo_graph_inputs(gm):
         val = node.meta.get("example_value")

@@ -1,4 +1,4 @@
-"""Command line: ``python -m dsgraph report <dump dir>``.
+"""Command line: ``dsgraph report <dump dir>`` (or ``python -m dsgraph report <dump dir>``).
 
 Prints the per-pass table of a dump folder and renders its memory plots (one PNG per
 whole-step timeline, one per graph) from the CSV files the dump holds.
@@ -12,7 +12,8 @@ import os
 import sys
 
 from . import plots
-from .compile_reports import GraphReport, PassRecord, format_table
+from .dumps import step_series_label
+from .reports import GraphReport, PassRecord, format_table
 
 
 def _load_reports(root: str) -> list[GraphReport]:
@@ -39,7 +40,7 @@ def report(root: str) -> list[str]:
     for path in plots.step_csvs(root):
         name = os.path.basename(path)[: -len(".csv")]
         compile_id, label = name.split("_step_memory_")
-        by_compile.setdefault(compile_id, {})[label.replace("_", " ")] = plots.read_step_csv(path)
+        by_compile.setdefault(compile_id, {})[step_series_label(label)] = plots.read_step_csv(path)
     for compile_id, series in sorted(by_compile.items()):
         png = os.path.join(root, f"{compile_id}_step_memory_plot.png")
         if plots.plot_step(series, png, f"{compile_id}: live bytes over the step"):
@@ -57,7 +58,7 @@ def report(root: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dsgraph")
+    parser = argparse.ArgumentParser(prog="dsgraph", description="dsgraph's command line (also: python -m dsgraph)")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="print a dump folder's pass table and render its memory plots")
     rep.add_argument("dump_dir")

@@ -15,26 +15,33 @@ written inside a file depends on ids or clocks except the measured pass times.
 
 from __future__ import annotations
 
+import collections
 import csv
 import json
+import logging
 import os
 import platform
 import re
 import shutil
 import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch.fx import GraphModule, Node
 
-from . import compat
-from .analysis.lifetimes import TensorLifetimes, default_held
-from .compile_reports import GraphReport, format_table
-from .units import format_bytes
+from .. import compat
+from ..analysis.lifetimes import TensorLifetimes, default_held
+from ..analysis.step import graph_inputs_external, stage_timelines
+from ..units import format_bytes
+from ..version import __version__
+from . import plots
+from .reports import MAX_REPORTS, GraphReport, format_table
 
+log = logging.getLogger("dsgraph")
 _lock = threading.Lock()
 _prepared: set[str] = set()  # dump dirs cleaned of stale graph folders in this process
-_dir_reports: dict[str, list[GraphReport]] = {}
+# reports listed in each dump dir's index.md: the last MAX_REPORTS graphs of this process
+_dir_reports: dict[str, collections.deque[GraphReport]] = {}
 _GRAPH_DIR_RE = re.compile(r"^c\d{3,}_(joint|forward|backward|inference)$")
 _STEP_FILE_RE = re.compile(r"^c\d{3,}_step_memory_\w+\.(csv|png)$")
 
@@ -55,7 +62,7 @@ def prepare_dir(root: str) -> None:
             path = os.path.join(root, entry)
             if _GRAPH_DIR_RE.match(entry) and os.path.isdir(path):
                 shutil.rmtree(path)
-            elif _STEP_FILE_RE.match(entry) or entry in ("index.md", "reports.json"):
+            elif _STEP_FILE_RE.match(entry) or entry in ("index.md", "reports.json", "NOTES.md"):
                 os.remove(path)
 
 
@@ -147,7 +154,7 @@ class GraphDump:
             torch.save(constants, os.path.join(self.dir, "constants.pt"))
         code = readable_code(gm, self.stage, ["repro: runs this graph on random inputs of the recorded shapes"])
         code = code.replace("import torch\n", "import os\nimport torch\nimport torch._inductor.inductor_prims  # noqa: F401  (ops Inductor's passes insert)\n"
-                            "import dsgraph.ops  # noqa: F401  (ops dsgraph's passes insert)\n", 1)
+                            "import dsgraph.runtime.ops  # noqa: F401  (ops dsgraph's passes insert)\n", 1)
         main = _REPRO_MAIN.format(specs=_pformat(specs))
         with open(os.path.join(self.dir, "repro.py"), "w") as f:
             f.write(code + main)
@@ -201,6 +208,21 @@ if __name__ == "__main__":
 '''
 
 
+_noted: set[tuple[str, str]] = set()
+
+
+def _note_once(root: str, message: str) -> None:
+    """Say once per dump dir why something the README lists is not in it."""
+    key = (os.path.abspath(root), message)
+    with _lock:
+        if key in _noted:
+            return
+        _noted.add(key)
+    log.warning("dsgraph dump %s: %s", root, message)
+    with open(os.path.join(os.path.abspath(root), "NOTES.md"), "a") as f:
+        f.write(f"- {message}\n")
+
+
 def _target_name(node: Node) -> str:
     t = node.target
     return getattr(t, "__name__", None) or str(t) if not isinstance(t, str) else t
@@ -210,13 +232,11 @@ def add_report(root: str, report: GraphReport, pipeline: str) -> None:
     """Record a graph's report for this dump dir and rewrite index.md."""
     root = os.path.abspath(root)
     with _lock:
-        items = _dir_reports.setdefault(root, [])
+        items = _dir_reports.setdefault(root, collections.deque(maxlen=MAX_REPORTS))
         items.append(report)
         items = list(items)
     lines = ["# dsgraph dump", ""]
     lines.append(f"- torch {torch.__version__}, python {platform.python_version()}")
-    from . import __version__
-
     lines.append(f"- dsgraph {__version__}")
     lines.append(f"- pipeline: `{pipeline}`")
     lines.append("")
@@ -243,17 +263,32 @@ def remove_graph_dirs(root: str, compile_id: str) -> None:
 def step_memory(root: str, compile_id: str, stages: dict, saved_names: list[str]) -> None:
     """The whole step's live bytes before and after the pipeline (FX execution), and as
     Inductor schedules it when it compiled: CSVs, and a PNG when matplotlib is installed."""
-    from . import plots
-    from .memory import graph_inputs_external, stage_timelines
-
     external = graph_inputs_external(stages)
     series = {}
     for which in ("before", "after"):
-        for executor, timeline in stage_timelines(stages, saved_names, external, which).items():
-            label = f"{executor} {which} pipeline" if executor == "fx" else "inductor schedule"
-            name = f"{compile_id}_step_memory_{executor}_{which}" if executor == "fx" else f"{compile_id}_step_memory_inductor"
+        for prediction, timeline in stage_timelines(stages, saved_names, external, which).items():
+            # "inductor" exists only after the pipeline (Inductor compiled those graphs)
+            suffix = "" if prediction == "inductor" else f"_{which}"
+            name = f"{compile_id}_step_memory_{prediction}{suffix}"
             path = os.path.join(os.path.abspath(root), name + ".csv")
             plots.write_step_csv(timeline, path)
-            series[label] = plots.read_step_csv(path)
-    plots.plot_step(series, os.path.join(os.path.abspath(root), f"{compile_id}_step_memory_plot.png"),
-                    f"{compile_id}: live bytes over the step (graph inputs counted as held)")
+            series[step_series_label(prediction + suffix)] = plots.read_step_csv(path)
+    png = os.path.join(os.path.abspath(root), f"{compile_id}_step_memory_plot.png")
+    if not plots.plot_step(series, png, f"{compile_id}: live bytes over the step (graph inputs counted as held)"):
+        _note_once(root, "matplotlib is not installed: the dump has the step's memory as CSV files but no PNG "
+                   "plots (pip install matplotlib, then `dsgraph report <dir>` draws them)")
+
+
+# what each whole-step CSV holds, as the plot's legend says it
+_SERIES_LABELS = {
+    "fx_before": "FX execution, before the pipeline",
+    "fx_after": "FX execution, after the pipeline",
+    "fused_before": "Inductor predicted from FX (fused_plan), before",
+    "fused_after": "Inductor predicted from FX (fused_plan), after",
+    "inductor": "Inductor's own schedule (compiled)",
+}
+
+
+def step_series_label(key: str) -> str:
+    """The legend label of a step-memory series, from its file name's key (``fx_after``)."""
+    return _SERIES_LABELS.get(key, key.replace("_", " "))

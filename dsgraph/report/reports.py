@@ -1,17 +1,20 @@
 """Compile reports: what dsgraph did to each graph it compiled in this process.
 
-``dsgraph.reports()`` returns them in compile order; ``format_table`` renders the per-pass
-table that examples print and that dumps put in index.md.
+``dsgraph.reports()`` returns them in compile order, the last ``MAX_REPORTS`` of the
+process (a long job that recompiles often does not grow without bound; ``clear_reports``
+empties the list); ``format_table`` renders the per-pass table that examples print and that
+dumps put in index.md.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .units import format_bytes
+from ..units import format_bytes
 
 
 @dataclass
@@ -48,8 +51,10 @@ class GraphReport:
         return dataclasses.asdict(self)
 
 
+MAX_REPORTS = 1000  # graph reports kept per process, oldest dropped first
+
 _lock = threading.Lock()
-_reports: list[GraphReport] = []
+_reports: collections.deque[GraphReport] = collections.deque(maxlen=MAX_REPORTS)
 
 
 def record(report: GraphReport) -> None:
@@ -68,10 +73,14 @@ def clear_reports() -> None:
         _reports.clear()
 
 
+# stats named like this are byte counts: printed with units (MiB, GiB) in tables and logs
+BYTE_STAT_SUFFIXES = ("bytes", "peak", "budget", "margin", "gap", "external")
+
+
 def format_stats(stats: dict[str, Any]) -> str:
     parts = []
     for k, v in stats.items():
-        if isinstance(v, int) and k.endswith("bytes"):
+        if isinstance(v, int) and not isinstance(v, bool) and k.endswith(BYTE_STAT_SUFFIXES):
             v = format_bytes(v)
         elif isinstance(v, float):
             v = f"{v:.3g}"

@@ -36,6 +36,8 @@ from typing import Any, Callable
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .. import compat
+
 ALIGN = 16  # elements: slots start on 64-byte boundaries for fp32 (vector loads, cuBLAS)
 
 Key = tuple  # (torch.device, torch.dtype)
@@ -48,7 +50,7 @@ def key_of(t: torch.Tensor) -> Key:
 def _grad_strides(p: torch.Tensor) -> tuple[int, ...]:
     """Eager's layout rule for gradients: the parameter's strides when it is dense and
     non-overlapping, contiguous strides otherwise."""
-    if p.is_contiguous() or torch._prims_common.is_non_overlapping_and_dense_or_false(p):
+    if p.is_contiguous() or compat.non_overlapping_and_dense(p):
         return tuple(p.stride())
     return tuple(torch.empty(p.shape, device="meta").stride())
 
@@ -140,7 +142,7 @@ class PoolManager:
         param = s.param()
         buf = self.buffer(s.key, debug)
         view = self._views.get(param)
-        if view is None or view.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
+        if view is None or compat.storage_ref(view) != compat.storage_ref(buf):
             view = self._views[param] = self._as_view(buf, s)
         return view
 
@@ -158,16 +160,6 @@ class PoolManager:
 
 
 MANAGER = PoolManager()
-
-
-def _hooks(param: torch.Tensor) -> list[Callable]:
-    hooks = getattr(param, "_backward_hooks", None)
-    return list(hooks.values()) if hooks else []
-
-
-def _post_hooks(param: torch.Tensor) -> list[Callable]:
-    hooks = getattr(param, "_post_accumulate_grad_hooks", None)
-    return list(hooks.values()) if hooks else []
 
 
 def _runs(slots: list[Slot]) -> list[tuple[Key, int, int]]:
@@ -222,11 +214,11 @@ class PooledBackward:
         to_zero, pending = [], []
         with torch.no_grad():
             for s, p, matmul, view in zip(self.slots, params, self.matmul, views):
-                if manager.owns(p) and not _hooks(p):
+                if manager.owns(p) and not compat.tensor_hooks(p):
                     continue  # the graph accumulates straight into .grad
                 ours = manager.owns(p)
                 earlier = None if p.grad is None else (p.grad.clone() if ours else p.grad)
-                if matmul and earlier is None and not _hooks(p):
+                if matmul and earlier is None and not compat.tensor_hooks(p):
                     manager._empty.add(view.data_ptr())  # the matmul overwrites it
                     if self.debug:
                         view.fill_(float("nan"))  # were it read before written, NaN shows it
@@ -249,7 +241,7 @@ class PooledBackward:
                     p, earlier, ours = waiting[id(s)]
                     view = manager.view(s)
                     step = view
-                    hooks = _hooks(p)
+                    hooks = compat.tensor_hooks(p)
                     if hooks:
                         step = view.clone()  # a hook may keep it
                         for hook in hooks:
@@ -264,7 +256,7 @@ class PooledBackward:
                         view.copy_(earlier.add_(step))  # the pool's gradients, hooks applied
                     else:
                         earlier.add_(step)  # a tensor the user put in .grad: it stays there
-                for hook in _post_hooks(p):
+                for hook in compat.post_accumulate_hooks(p):
                     hook(p)
         self._silence_autograd_hooks()
 
@@ -275,12 +267,9 @@ class PooledBackward:
         ends, then put them back."""
         silenced = []
         for s in self.slots:
-            p = s.param()
-            for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
-                hooks = getattr(p, attr, None)
-                if hooks:
-                    silenced.append((hooks, dict(hooks)))
-                    hooks.clear()
+            for hooks in compat.hook_dicts(s.param()):
+                silenced.append((hooks, dict(hooks)))
+                hooks.clear()
         if not silenced:
             return
 
@@ -288,7 +277,7 @@ class PooledBackward:
             for hooks, items in silenced:
                 hooks.update(items)
 
-        torch.autograd.Variable._execution_engine.queue_callback(restore)
+        compat.at_backward_end(restore)
 
 
 @dataclass

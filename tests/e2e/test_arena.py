@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import dsgraph
-from dsgraph import profiling
-from dsgraph.backend import DsgraphFallbackWarning
+from dsgraph.report.capture import capture as capture_compiles
+from dsgraph.errors import DsgraphFallbackWarning
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 from dsgraph.testing import check_training_step
 
@@ -50,7 +50,7 @@ def test_gpt_gradients_bitwise_equal_without_arena(debug):
 def test_debug_from_the_environment_poisons_dead_regions(monkeypatch):
     monkeypatch.setenv("DSGRAPH_DEBUG", "1")
     torch.manual_seed(2)
-    with profiling.capture() as cap:
+    with capture_compiles() as cap:
         check_training_step(GPT(TINY), gpt_inputs(TINY, 2, seed=2), ARENA, reference=FX, bitwise=True)
     arena_compiles = [c for c in cap.compiles if "arena" in c.stages["forward"].after.code]
     assert len(arena_compiles) == 1
@@ -88,7 +88,7 @@ def test_dynamic_batch_runs_one_graph_at_every_size_bitwise():
     compiled = torch.compile(model, backend="dsgraph", options=ARENA)
     reference = torch.compile(twin, backend="dsgraph", options=FX)
     g = torch.Generator().manual_seed(4)
-    with profiling.capture() as cap:
+    with capture_compiles() as cap:
         compiled(first).sum().backward()
     assert "torch.sym_max" in cap.compiles[0].stages["backward"].after.code  # offsets computed at run time
     for x in [first] + [torch.randn(n, 13, generator=g) for n in (11, 2, 37)]:

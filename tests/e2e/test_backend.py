@@ -11,7 +11,7 @@ import torch
 from torch._dynamo.exc import BackendCompilerFailed
 
 import dsgraph
-from dsgraph.backend import DsgraphFallbackWarning
+from dsgraph.errors import DsgraphFallbackWarning
 from dsgraph.testing import check_training_step
 
 from models import MLP, TinyGPT, gpt_batch

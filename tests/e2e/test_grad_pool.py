@@ -7,11 +7,10 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import dsgraph
 from dsgraph.testing import check_training_step
-from dsgraph.pool import MANAGER
+from dsgraph.runtime.pool import MANAGER
 
 from models import MLP, TinyGPT, gpt_batch
 
@@ -217,7 +216,7 @@ def test_grad_pool_is_none_before_the_first_backward():
 
 
 def test_debug_pool_memory_is_nan_until_written():
-    from dsgraph.pool import PoolManager
+    from dsgraph.runtime.pool import PoolManager
 
     manager = PoolManager()
     a, b = nn.Parameter(torch.randn(5, 3)), nn.Parameter(torch.randn(7))

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import dsgraph
-from dsgraph.pool import pool_tensors
+from dsgraph.runtime.pool import pool_tensors
 
 from models import MLP, TinyGPT, gpt_batch
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dsgraph
-from dsgraph.backend import DsgraphFallbackWarning
+from dsgraph.errors import DsgraphFallbackWarning
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 from dsgraph.testing import check_training_step, fp32_exact, loss_of
 

@@ -11,9 +11,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
 from dsgraph.analysis.lifetimes import TensorLifetimes
-from dsgraph.arena import ALIGN, graph_symbols, plan_arena
-from dsgraph.arena_packing import ArenaBlock, best_fit, symbolic_offsets
-from dsgraph.arena_rewrite import apply_arena
+from dsgraph.analysis.arena_plan import ALIGN, graph_symbols, plan_arena
+from dsgraph.analysis.arena_packing import ArenaBlock, best_fit, symbolic_offsets
+from dsgraph.passes.arena import apply_arena
 
 aten = torch.ops.aten
 

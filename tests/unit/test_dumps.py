@@ -54,7 +54,8 @@ def test_layout_and_contents(tmp_path):
             ast.parse((tmp_path / name).read_text())  # every dumped graph is Python that parses
     after = (tmp_path / "c000_forward/01_lifetimes.py").read_text()
     assert re.search(r"^# pass: lifetimes  ms: [\d.]+  changed: False$", after, re.M)
-    assert re.search(r"^# stats: nodes=\d+, peak_bytes=\d+, peak_node=\w+, saved_bytes=\d+$", after, re.M)
+    size = r"[\d.]+ (?:B|KiB|MiB|GiB)"  # byte counts print with units (issue 17)
+    assert re.search(rf"^# stats: nodes=\d+, peak_bytes={size}, peak_node=\w+, saved_bytes={size}$", after, re.M)
     assert re.search(r'addmm: "f32\[6, 37\]\[37, 1\]cpu" = .*# 888 B \| live [\d.]+ (KiB|B)', after)
     index = (tmp_path / "index.md").read_text()
     assert "pipeline: `lifetimes`" in index and re.search(r"\| c\d{3}_backward \| lifetimes \|", index)
@@ -131,3 +132,28 @@ def test_report_cli_on_a_folder_that_is_not_a_dump(tmp_path):
     result = subprocess.run([sys.executable, "-m", "dsgraph", "report", str(tmp_path)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "not a dsgraph dump folder" in (result.stderr + result.stdout)
+
+
+def _series(path):
+    return [int(r.split(",")[3]) for r in path.read_text().splitlines()[1:]]
+
+
+def test_step_memory_files_are_named_by_what_they_predict(tmp_path):
+    """Each whole-step CSV holds the prediction its name says: with FX execution there is no
+    Inductor schedule, and the fused prediction is written as "fused" (it used to be written
+    as "inductor"), computed from the same graphs as the FX one."""
+    from dsgraph.report.capture import capture as capture_compiles
+    from dsgraph.analysis.step import graph_inputs_external, stage_timelines
+
+    with capture_compiles() as cap:
+        compile_and_step(tmp_path, pipeline="lifetimes,reorder_for_memory")
+    renumber(tmp_path)
+    names = sorted(n for n in os.listdir(tmp_path) if "_step_memory_" in n and n.endswith(".csv"))
+    assert names == [f"c000_step_memory_{k}.csv" for k in ("fused_after", "fused_before", "fx_after", "fx_before")]
+    stages, saved = cap.compiles[0].stages, cap.compiles[0].saved_names
+    for which in ("before", "after"):
+        expected = stage_timelines(stages, saved, graph_inputs_external(stages), which)
+        for prediction in ("fx", "fused"):
+            got = _series(tmp_path / f"c000_step_memory_{prediction}_{which}.csv")
+            assert got == expected[prediction].live, (prediction, which)
+    assert _series(tmp_path / "c000_step_memory_fused_after.csv") != _series(tmp_path / "c000_step_memory_fx_after.csv")

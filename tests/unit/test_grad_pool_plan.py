@@ -6,8 +6,8 @@ import importlib
 import pytest
 import torch
 
-from dsgraph import profiling
-from dsgraph.session import graph_params
+from dsgraph.report.capture import capture as capture_compiles
+from dsgraph.compile.session import graph_params
 
 from models import MLP
 
@@ -22,11 +22,11 @@ def captured_backward(model=None, inputs=None):
 
     def backend(gm, example_inputs, **kwargs):
         seen["params"] = graph_params(gm)
-        from dsgraph.backend import dsgraph_backend
+        from dsgraph.compile.backend import dsgraph_backend
 
         return dsgraph_backend(gm, example_inputs, **kwargs)
 
-    with profiling.capture() as cap:
+    with capture_compiles() as cap:
         torch.compile(model, backend=backend, options={"inductor": False, "pipeline": ""})(*inputs).sum().backward()
     return model, cap.compiles[0].stages["backward"].before, seen["params"]
 

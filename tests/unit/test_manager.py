@@ -3,13 +3,14 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import dsgraph
-from dsgraph.compile_reports import GraphReport
-from dsgraph.context import CompileConfig, PassContext
+from dsgraph.report.reports import GraphReport
+from dsgraph.pass_api import CompileConfig, PassContext
 from dsgraph.errors import PassFailure
-from dsgraph.manager import run_passes
-from dsgraph.pipeline import parse
+from dsgraph.compile.manager import run_passes
+from dsgraph.compile.pipeline import parse
 
-from passes_for_tests import registered
+from dsgraph.compile import registry
+from passes_for_tests import RECORD, registered
 
 
 @pytest.fixture(autouse=True)
@@ -25,10 +26,11 @@ def graph():
 
 
 def run(pipeline, stage="forward", **config):
+    RECORD["lifetimes_objects"].clear()
     cfg = CompileConfig(options=dsgraph.validate_options({}), pipeline=parse(pipeline), **config)
     ctx = PassContext(cfg, stage, f"c000_{stage}")
     report = GraphReport("c000", stage, pipeline, True)
-    gm = run_passes(graph(), ctx, cfg.pipeline.for_stage(stage), report)
+    gm = run_passes(graph(), ctx, registry.stage_passes(cfg.pipeline, stage), report)
     return gm, ctx, report
 
 
@@ -44,10 +46,10 @@ def test_stage_filtering_timing_and_stats():
 
 def test_analysis_cached_until_a_pass_changes_the_graph():
     _, ctx, _ = run("t_count,t_count_again")
-    first, second = ctx.shared["lifetimes_objects"]
+    first, second = RECORD["lifetimes_objects"]
     assert first is second
     _, ctx, _ = run("t_count,t_double,t_count_again")
-    first, second = ctx.shared["lifetimes_objects"]
+    first, second = RECORD["lifetimes_objects"]
     assert first is not second  # t_double preserves nothing
     assert len(second.storages) == len(first.storages) + 1
 
@@ -78,8 +80,7 @@ def test_runtime_wrappers_are_collected_with_their_pass():
 
 def test_pass_returning_wrong_type_fails_cleanly():
     import types
-    from dsgraph import registry
-    from dsgraph.registry import PassSpec
+    from dsgraph.pass_api import PassSpec
 
     m = types.ModuleType("t_bad")
     m.SPEC = PassSpec("t_bad", ("forward",))

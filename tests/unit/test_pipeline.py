@@ -3,11 +3,11 @@ import types
 import pytest
 
 import dsgraph
-from dsgraph import registry
-from dsgraph.context import PassResult
+from dsgraph.compile import registry
+from dsgraph.pass_api import PassResult
 from dsgraph.errors import NotBuiltError
-from dsgraph.pipeline import parse, resolve
-from dsgraph.registry import PassSpec
+from dsgraph.compile.pipeline import parse, resolve
+from dsgraph.pass_api import PassSpec
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_disable_unknown_name_is_an_error():
 def test_contradicting_option_and_pipeline(monkeypatch, toy_passes):
     """The option->pass table decides contradictions; map a toy option onto toy_a to test it
     while the real option-bearing passes (checkpoint, allreduce) are not built."""
-    from dsgraph import pipeline as pl
+    from dsgraph.compile import pipeline as pl
 
     monkeypatch.setitem(pl.OPTION_TO_PASS, "debug", ("toy_a", "level"))
     opts = dsgraph.validate_options({"debug": True})

@@ -2,17 +2,17 @@
 
 import importlib
 
-import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
 import dsgraph
 from dsgraph.analysis.lifetimes import TensorLifetimes
-from dsgraph.compile_reports import GraphReport
-from dsgraph.context import CompileConfig, PassContext
-from dsgraph.manager import run_passes
-from dsgraph.pipeline import parse
+from dsgraph.report.reports import GraphReport
+from dsgraph.pass_api import CompileConfig, PassContext
+from dsgraph.compile import registry
+from dsgraph.compile.manager import run_passes
+from dsgraph.compile.pipeline import parse
 from dsgraph.testing import check_training_step
 
 reorder = importlib.import_module("dsgraph.passes.reorder_for_memory")
@@ -84,7 +84,7 @@ def test_through_the_pass_manager_and_stats():
     cfg = CompileConfig(dsgraph.validate_options({}), parse("lifetimes,reorder_for_memory"))
     ctx = PassContext(cfg, "forward", "c000_forward")
     report = GraphReport("c000", "forward", str(cfg.pipeline), False)
-    run_passes(gm, ctx, cfg.pipeline.for_stage("forward"), report)
+    run_passes(gm, ctx, registry.stage_passes(cfg.pipeline, "forward"), report)
     stats = report.passes[1].stats
     assert report.passes[1].changed and stats["peak_after_bytes"] < stats["peak_before_bytes"]
 

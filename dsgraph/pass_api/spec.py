@@ -1,0 +1,25 @@
+"""``PassSpec``: what a pass declares about itself (stages, analyses, mutation, arguments)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+STAGES = ("joint", "forward", "backward", "inference")
+EXECUTORS = ("inductor", "fx")  # what runs the graphs: Inductor's code, or the FX graph itself
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    name: str  # also the file name and the dump name
+    stages: tuple[str, ...]  # of STAGES
+    reads: tuple[str, ...] = ()  # analyses it needs, by class name
+    preserves: tuple[str, ...] = ()  # analyses still valid after it changed the graph
+    mutates: bool = False  # adds in-place ops / aliasing: runs after functional passes
+    handles_mutation: bool = False  # may run after a pass that ``mutates``
+    # Pipeline arguments it accepts: name -> parser of the raw string in "pass{key=value}".
+    args: Mapping[str, Callable[[str], object]] = field(default_factory=dict)
+    # The executors whose graphs it can rewrite; naming it for another is an error at
+    # pipeline resolution (an option is honoured for the executor that runs, or refused).
+    executors: tuple[str, ...] = EXECUTORS
+    doc: str = ""
