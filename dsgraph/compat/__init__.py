@@ -44,6 +44,7 @@ from .ops import (
     storage_ref,
     writes,
 )
+from .trace import trace_artifact, tracing
 from .version import SUPPORTED, TORCH_VERSION, check_version
 
 __all__ = [
@@ -53,5 +54,5 @@ __all__ = [
     "dynamo_graph_inputs", "explain", "extract_partition", "fake_mode_of", "fallback_random", "fx_graph_cse",
     "graph_handler", "hash_for_files", "hook_dicts", "inductor_mode_options", "inductor_size_hint", "is_op",
     "make_boxed", "non_overlapping_and_dense", "op_schema", "out_variant", "post_accumulate_hooks",
-    "post_fusion_hook", "reset", "size_hint", "storage_ref", "sym_expr", "symint_of", "tensor_hooks", "tree_map", "writes",
+    "post_fusion_hook", "reset", "size_hint", "storage_ref", "sym_expr", "symint_of", "tensor_hooks", "trace_artifact", "tracing", "tree_map", "writes",
 ]

@@ -17,7 +17,8 @@ import torch
 
 from ..errors import PassFailure, UsageError
 from ..pass_api import CompileConfig, PassContext, PassInvocation, PassResult
-from ..report.dumps import GraphDump, prepare_dir
+from .. import compat
+from ..report.dumps import GraphDump, prepare_dir, readable_code
 from ..report.reports import GraphReport, PassRecord, format_stats
 from . import registry
 
@@ -88,8 +89,13 @@ def run_passes(
         log.info("%s: pass %s %.0f ms%s%s", ctx.graph_name, inv.name, ms, "" if result.changed else " (unchanged)",
                  f": {format_stats(result.stats)}" if result.stats else "")
         done.append(inv.name)
+        header = _header(ctx.graph_name, inv.name, ms, result)
         if dump is not None:
-            dump.graph(step, inv.name, ctx.gm, _header(ctx.graph_name, inv.name, ms, result))
+            dump.graph(step, inv.name, ctx.gm, header)
+        if compat.tracing():  # TORCH_TRACE: the same file as an artifact tlparse shows
+            gm_now, stage = ctx.gm, ctx.stage
+            compat.trace_artifact(f"dsgraph_{ctx.graph_name}_{step:02d}_{inv.name}",
+                                  lambda: readable_code(gm_now, stage, header))
     report.nodes_after = len(ctx.gm.graph.nodes)
     report.memory.update(ctx.figures)
     return ctx.gm
@@ -107,11 +113,15 @@ def run_variant_passes(variant_gm: torch.fx.GraphModule, ctx: PassContext, passe
 def write_final_dumps(ctx: PassContext, gm: torch.fx.GraphModule, extra: dict[str, Any] | None = None) -> None:
     """repro.py, memory_timeline.csv and the files passes asked for, of the graph handed to
     the backend compiler."""
+    files = {**ctx.dump_files, **(extra or {})}
+    if compat.tracing():
+        for name, text in files.items():
+            compat.trace_artifact(f"dsgraph_{ctx.graph_name}_{name}", lambda text=text: text)
     if not ctx.config.dump_dir:
         return
     dump = GraphDump(ctx.config.dump_dir, ctx.graph_name, ctx.stage)
     dump.timeline_csv(gm)
     if ctx.stage != "joint":
         dump.repro(gm)
-    for name, text in {**ctx.dump_files, **(extra or {})}.items():
+    for name, text in files.items():
         dump.text(name, text)

@@ -157,3 +157,22 @@ def test_step_memory_files_are_named_by_what_they_predict(tmp_path):
             got = _series(tmp_path / f"c000_step_memory_{prediction}_{which}.csv")
             assert got == expected[prediction].live, (prediction, which)
     assert _series(tmp_path / "c000_step_memory_fused_after.csv") != _series(tmp_path / "c000_step_memory_fx_after.csv")
+
+
+def test_structured_trace_carries_the_pass_files(tmp_path):
+    """TORCH_TRACE (tlparse's input) gets each graph after each pass and the plan files as
+    artifacts, without dumps being asked for."""
+    script = (
+        "import torch, dsgraph\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))\n"
+        "c = torch.compile(m, backend='dsgraph', options={'inductor': False, 'pipeline': 'lifetimes'})\n"
+        "c(torch.randn(4, 5)).sum().backward()\n"
+    )
+    env = {**os.environ, "TORCH_TRACE": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    text = "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())
+    for name in ("dsgraph_c000_forward_01_lifetimes", "dsgraph_c000_backward_01_lifetimes",
+                 "dsgraph_c000_joint_partition.md"):
+        assert f'"name": "{name}"' in text, name
+    assert "# pass: lifetimes" in text  # the payload is the dumped file
