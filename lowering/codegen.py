@@ -1,0 +1,254 @@
+"""Triton source for one region: one ``@triton.jit`` kernel, readable and deterministic.
+
+The iteration space is 2-D: rows (every index of F but the last, flattened) by columns
+(F's last dimension N). Every tensor comes with its strides as arguments (0 where it is
+broadcast), so contiguous, transposed and broadcast inputs run the same kernel, and sizes
+(M rows, N columns, the leading sizes D1.. that unflatten a row index) are arguments, never
+constants: one compiled kernel serves every size.
+
+Pointwise kernels: each program computes one BLOCK_M x BLOCK_N tile (masked at the edges)::
+
+    pid = tl.program_id(0)
+    col_blocks = tl.cdiv(N, BLOCK_N)
+    rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+    ...
+    v0 = tl.load(in0_ptr + in0_row + cols * in0_s1, mask=mask, other=0).to(tl.float32)
+    v1 = v0 * 0.5  # mul
+
+Reduction kernels: each program owns BLOCK_M rows and loops over the columns in BLOCK_N
+chunks, once per level of reductions (layer norm: the sum for the mean, the sum of squares
+about it, then the normalized output), accumulating per lane in fp32 and reducing the
+lanes after the loop. Values are recomputed from loads in each loop that needs them; the
+first loops ask the cache to keep what they read (``evict_last``), the last one not to.
+"""
+
+from __future__ import annotations
+
+from .kernel_ir import KernelIR, Store, Value
+from .op_table import TL_DTYPE, compute_dtype
+
+INDENT = "    "
+
+
+def _stride_names(name: str, count: int) -> list[str]:
+    return [f"{name}_s{i}" for i in range(count)]
+
+
+def kernel_arguments(ir: KernelIR) -> list[str]:
+    """The kernel's arguments in order (the launcher passes them in this order)."""
+    r = ir.rank
+    args = [f"{l.name}_ptr" for l in ir.loads] + [f"{s.name}_ptr" for s in ir.stores]
+    args += [f"a{i}" for i in range(ir.scalars)]
+    args += ["M", "N"] + [f"D{i}" for i in range(1, r - 1)]
+    for l in ir.loads:
+        args += _stride_names(l.name, r if l.space == "full" else r - 1)
+    for s in ir.stores:
+        args += _stride_names(s.name, r if s.space == "full" else r - 1)
+    return args
+
+
+def _levels(ir: KernelIR) -> dict[str, int]:
+    """Loop pass in which each value can first be computed (reductions add one)."""
+    level: dict[str, int] = {}
+    for v in ir.values:
+        deps = [level[a] for a in v.args if a in level]
+        base = max(deps, default=0)
+        level[v.name] = base + 1 if v.op in ("sum", "max") else base
+    return level
+
+
+class _Writer:
+    def __init__(self, ir: KernelIR):
+        self.ir = ir
+        self.lines: list[str] = []
+        self.values = {v.name: v for v in ir.values}
+        self.loads = {l.name: l for l in ir.loads}
+
+    def emit(self, line: str, depth: int = 1) -> None:
+        self.lines.append(INDENT * depth + line)
+
+    # ---- pieces -------------------------------------------------------------------------
+
+    def row_offsets(self, depth: int) -> None:
+        r = self.ir.rank
+        self.emit("r = rows.to(tl.int64)  # row index, 64-bit for the offsets below", depth)
+        # unflatten the row index into the leading dims i0 .. i{r-2}
+        if r == 2:
+            self.emit("i0 = r", depth)
+        else:
+            current = "r"
+            for d in range(r - 2, 0, -1):
+                self.emit(f"i{d} = {current} % D{d}", depth)
+                nxt = "t" if d > 1 else None
+                if nxt:
+                    self.emit(f"t = {current} // D{d}", depth)
+                    current = "t"
+                else:
+                    self.emit(f"i0 = {current} // D{d}", depth)
+        for arg in [*self.ir.loads, *self.ir.stores]:
+            terms = " + ".join(f"i{d} * {arg.name}_s{d}" for d in range(r - 1))
+            self.emit(f"{arg.name}_row = {terms}", depth)
+
+    def load(self, v: Value, depth: int, eviction: str | None) -> None:
+        load = self.loads[v.args[0]]
+        dtype = self.ir.params[load.param].dtype
+        last = self.ir.rank - 1
+        evict = f', eviction_policy="{eviction}"' if eviction else ""
+        if load.space == "full":
+            ptr, mask = f"{load.name}_ptr + {load.name}_row + cols * {load.name}_s{last}", "mask"
+        else:
+            ptr, mask = f"{load.name}_ptr + {load.name}_row", "row_mask"
+        cast = "" if compute_dtype(dtype) == dtype else f".to({TL_DTYPE[v.dtype]})"
+        self.emit(f"{v.name} = tl.load({ptr}, mask={mask}, other=0{evict}){cast}  # {v.label}", depth)
+
+    def expr(self, v: Value, depth: int) -> None:
+        text = v.expr
+        for i, a in enumerate(v.args):
+            text = text.replace("{%d}" % i, a)
+        self.emit(f"{v.name} = {text}  # {v.label}", depth)
+
+    def store(self, s: Store, depth: int) -> None:
+        value = self.values[s.value]
+        text = s.value if value.dtype == s.dtype else f"{s.value}.to({TL_DTYPE[s.dtype]})"
+        last = self.ir.rank - 1
+        if s.space == "full":
+            self.emit(f"tl.store({s.name}_ptr + {s.name}_row + cols * {s.name}_s{last}, {text}, mask=mask)", depth)
+        else:
+            self.emit(f"tl.store({s.name}_ptr + {s.name}_row, {text}, mask=row_mask)", depth)
+
+    def signature_lines(self) -> None:
+        ir = self.ir
+        ops = [v.label for v in ir.values if v.op not in ("load",)]
+        self.lines.append(f"# {ir.name}: {ir.kind} kernel over rank-{ir.rank} tensors (rows x last dim)")
+        self.lines.append(f"# ops: {', '.join(ops)}")
+        self.lines.append("# inputs: " + ", ".join(
+            f"{l.name} {str(ir.params[l.param].dtype).replace('torch.', '')} ({l.space})" for l in ir.loads))
+        self.lines.append("# outputs: " + ", ".join(
+            f"{s.name} {str(s.dtype).replace('torch.', '')} ({s.space}{', in place' if s.param is not None else ''})"
+            for s in ir.stores))
+
+    # ---- kernels --------------------------------------------------------------------------
+
+    def pointwise(self) -> None:
+        self.emit("pid = tl.program_id(0)")
+        self.emit("col_blocks = tl.cdiv(N, BLOCK_N)")
+        self.emit("rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+        self.emit("cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
+        self.emit("row_mask = rows < M")
+        self.emit("mask = row_mask & (cols < N)")
+        self.row_offsets(1)
+        for v in self.ir.values:
+            if v.op == "load":
+                self.load(v, 1, None)
+            else:
+                self.expr(v, 1)
+        for s in self.ir.stores:
+            self.store(s, 1)
+
+    def reduction(self) -> None:
+        ir = self.ir
+        level = _levels(ir)
+        reductions = [v for v in ir.values if v.op in ("sum", "max")]
+        full_stores = [s for s in ir.stores if s.space == "full"]
+        passes = 1 + max([level[r.args[0]] for r in reductions] + [level[s.value] for s in full_stores])
+        self.emit("pid = tl.program_id(0)")
+        self.emit("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+        self.emit("row_mask = rows < M")
+        self.emit("cols0 = tl.arange(0, BLOCK_N)[None, :]")
+        self.row_offsets(1)
+        done: set[str] = set()
+        for p in range(passes + 1):
+            self.row_values(p, level, done)
+            if p == passes:
+                break
+            work = [r for r in reductions if level[r.args[0]] == p]
+            stores = [s for s in full_stores if level[s.value] == p]
+            what = [f"{r.op} -> {r.name} ({r.label})" for r in work] + [f"store {s.name}" for s in stores]
+            self.emit(f"# loop {p + 1} of {passes}: {'; '.join(what)}")
+            accs = {}
+            for r in work:
+                acc = f"acc{len(accs)}_{r.name}"
+                accs[r.name] = acc
+                tl_type = TL_DTYPE[r.dtype]
+                if r.op == "sum":
+                    self.emit(f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype={tl_type})")
+                else:
+                    self.emit(f'{acc} = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype={tl_type})')
+            self.emit("for start in range(0, N, BLOCK_N):")
+            self.emit("cols = start + cols0", 2)
+            self.emit("mask = row_mask & (cols < N)", 2)
+            eviction = "evict_first" if p == passes - 1 else "evict_last"
+            needed = self.closure([r.args[0] for r in work] + [s.value for s in stores])
+            for v in ir.values:
+                if v.name in needed:
+                    if v.op == "load":
+                        self.load(v, 2, eviction)
+                    else:
+                        self.expr(v, 2)
+            for r in work:
+                x, acc = r.args[0], accs[r.name]
+                if r.op == "sum":
+                    self.emit(f"{acc} += tl.where(mask, {x}, 0.0)", 2)
+                else:
+                    # NaN wins, as in torch.amax
+                    self.emit(f"{acc} = tl.where(mask & (({x} > {acc}) | ({x} != {x})), {x}, {acc})", 2)
+            for s in stores:
+                self.store(s, 2)
+            for r in work:
+                acc = accs[r.name]
+                if r.op == "sum":
+                    self.emit(f"{r.name} = tl.sum({acc}, axis=1)[:, None]  # {r.label}")
+                else:
+                    self.emit(f"{r.name} = tl.max({acc}, axis=1)[:, None]  # {r.label}")
+                    self.emit(f'{r.name} = tl.where(tl.max(({acc} != {acc}).to(tl.int32), axis=1)[:, None] > 0, '
+                              f'float("nan"), {r.name})')
+                done.add(r.name)
+
+    def closure(self, roots: list[str]) -> set[str]:
+        """Full (per element) values needed for ``roots`` inside a loop; row values are
+        computed before the loop."""
+        needed: set[str] = set()
+        stack = list(roots)
+        while stack:
+            name = stack.pop()
+            v = self.values[name]
+            if name in needed or v.row:
+                continue
+            needed.add(name)
+            stack.extend(a for a in v.args if a in self.values)
+        return needed
+
+    def row_values(self, p: int, level: dict[str, int], done: set[str]) -> None:
+        """Row values that become computable once the reductions of loop ``p`` are done,
+        then the row outputs that are ready."""
+        for v in self.ir.values:
+            if not v.row or v.name in done or v.op in ("sum", "max") or level[v.name] > p:
+                continue
+            if v.op == "load":
+                self.load(v, 1, None)
+            else:
+                self.expr(v, 1)
+            done.add(v.name)
+        for s in self.ir.stores:
+            if s.space != "full" and s.value in done and s.name not in done:
+                self.store(s, 1)
+                done.add(s.name)
+
+    def render(self) -> str:
+        self.signature_lines()
+        self.lines += ["", "import triton", "import triton.language as tl", "", "", "@triton.jit"]
+        args = kernel_arguments(self.ir) + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
+        self.lines.append(f"def {self.ir.name}(")
+        for a in args:
+            self.emit(f"{a},")
+        self.lines.append("):")
+        if self.ir.kind == "pointwise":
+            self.pointwise()
+        else:
+            self.reduction()
+        return "\n".join(self.lines) + "\n"
+
+
+def render(ir: KernelIR) -> str:
+    """The Triton source of ``ir``'s kernel (a module defining one function, ``ir.name``)."""
+    return _Writer(ir).render()
