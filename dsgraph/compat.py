@@ -312,3 +312,18 @@ def statically_equal(a: Any, b: Any) -> bool:
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     return bool(statically_known_true(a == b))
+
+
+def real_tensors():
+    """A context in which tensor ops run for real even while a compile has a FakeTensorMode
+    active (the lowering pass runs a kernel once to check it). Checked on 2.13."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+def fake_mode_of_values(values: Sequence[Any]) -> Any:
+    """The FakeTensorMode of some fake tensors (or None). Checked on 2.13."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])

@@ -93,7 +93,13 @@ class CompiledKernel:
         return self.ir.name
 
 
-_CACHE: dict[str, CompiledKernel] = {}
+_CACHE: dict[str, CompiledKernel] = {}  # signature -> kernel
+_BY_OP: dict[object, CompiledKernel] = {}  # its op (OpOverload) -> kernel
+
+
+def compiled_for_op(target) -> CompiledKernel | None:
+    """The kernel behind a ``dsgraph_triton`` op of this process, or None for any other target."""
+    return _BY_OP.get(target)
 
 
 def cache_info() -> dict[str, str]:
@@ -147,6 +153,7 @@ def compile_kernel(ir: KernelIR, fail: bool = False) -> CompiledKernel:
     compiled = CompiledKernel(ir, source, kernel, jit_fn, None, configs)
     compiled.op = _register_op(compiled)
     _CACHE[key] = compiled
+    _BY_OP[compiled.op] = compiled
     return compiled
 
 

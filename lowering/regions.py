@@ -324,14 +324,67 @@ def find_regions(gm: GraphModule) -> list[Region]:
     return _Grower(gm).grow()
 
 
+def acyclic(regions: list[Region], nodes: list[Node]) -> list[Region]:
+    """The regions (in order) that can all become single nodes at once: each is convex on
+    its own, but two together can close a cycle (A's output feeds B's input while B's
+    output feeds A's, each through a member the other does not depend on). A region that
+    would close one is left out."""
+    kept: list[Region] = []
+    group: dict[Node, int] = {}
+    for region in regions:
+        trial = dict(group)
+        for n in region.nodes:
+            trial[n] = len(kept)
+        if _quotient_is_dag(nodes, trial):
+            kept.append(region)
+            group = trial
+    return kept
+
+
+def _quotient_is_dag(nodes: list[Node], group: dict[Node, int]) -> bool:
+    key = {n: ("r", group[n]) if n in group else ("n", i) for i, n in enumerate(nodes)}
+    succ: dict[tuple, set] = {k: set() for k in key.values()}
+    indegree = {k: 0 for k in succ}
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a in key and key[a] != key[n] and key[n] not in succ[key[a]]:
+                succ[key[a]].add(key[n])
+                indegree[key[n]] += 1
+    ready = [k for k, d in indegree.items() if d == 0]
+    seen = 0
+    while ready:
+        k = ready.pop()
+        seen += 1
+        for s in succ[k]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.append(s)
+    return seen == len(succ)
+
+
 # ---- which regions to lower ------------------------------------------------------------
+
+def _pool_slot(node: Node) -> bool:
+    return node.op == "placeholder" and node.name.startswith(POOL_SLOT_PREFIX)
+
 
 def tagged(region: Region) -> bool:
     """Regions dsgraph's own passes created: a member carries one of ``TAGS`` in its meta,
-    or the region writes a gradient-pool slot (the grad_pool pass's epilogue)."""
+    or the region writes a gradient-pool slot and computes more than the accumulation.
+
+    A bare ``slot += g`` (``add`` + ``copy_``) is not taken: Inductor fuses it into the
+    kernel that produces ``g``, where a kernel of its own would read ``g`` once more. With
+    the gradient's pointwise producer, or a scale and cast after it, the region is one pass
+    over memory where Inductor's stock fusion may need several."""
     if any(n.meta.get(tag) for n in region.nodes for tag in TAGS):
         return True
-    return any(w.args[0].op == "placeholder" and w.args[0].name.startswith(POOL_SLOT_PREFIX) for w in region.writes)
+    slots = {w.args[0] for w in region.writes if _pool_slot(w.args[0])}
+    if not slots:
+        return False
+    accumulate = {w for w in region.writes} | {
+        n for n in region.nodes
+        if region.matches[n].name == "add" and any(x in slots for x in region.matches[n].operands)}
+    return any(n not in accumulate for n in region.nodes)
 
 
 def recomputed(region: Region) -> bool:

@@ -163,3 +163,42 @@ def test_regions_of_a_real_backward_and_the_selectors():
     assert [r for r in regions if tagged(r)] == [gelu]
     with pytest.raises(ValueError, match="select must be one of"):
         selector("most")
+
+
+def test_a_bare_pool_accumulation_is_left_to_inductor_by_default():
+    """``slot += g`` alone is what Inductor fuses into g's producer; a kernel of its own would
+    read g again. With more work in the region (a scale and cast for communication) it is taken."""
+    def accumulate(dsgraph_grad_0, g):
+        dsgraph_grad_0.copy_(dsgraph_grad_0 + g)
+
+    def accumulate_scale_cast(dsgraph_grad_0, g):
+        total = dsgraph_grad_0 + g
+        dsgraph_grad_0.copy_(total)
+        return (total * 0.5).to(torch.bfloat16)
+
+    for fn, taken in ((accumulate, False), (accumulate_scale_cast, True)):
+        gm, regions = regions_of(fn, torch.randn(3, 4), torch.randn(3, 4))
+        slot = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        slot.name = "dsgraph_grad_0"  # as the grad_pool pass names its slot inputs
+        (region,) = regions
+        assert region.writes and tagged(region) is taken
+
+
+def test_regions_that_together_close_a_cycle_are_not_both_kept():
+    """A = {a1, a2} and B = {b1, b2} are each convex, but a1 -> mm -> b2 and b1 -> mm -> a2:
+    as two fused nodes each would wait for the other."""
+    from dsgraph.lowering.regions import acyclic
+
+    def fn(x, y, w):
+        a1 = torch.exp(x)
+        b1 = torch.exp(y)
+        m1 = a1 @ w
+        m2 = b1 @ w
+        a2 = x * m2  # joins a1's region (both read x)
+        b2 = y * m1  # joins b1's region
+        return a2, b2
+
+    gm, regions = regions_of(fn, torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4))
+    assert sorted(names(regions)) == [["exp", "mul"], ["exp_1", "mul_1"]]
+    kept = acyclic(regions, list(gm.graph.nodes))
+    assert kept == regions[:1]
