@@ -9,7 +9,7 @@ constants: one compiled kernel serves every size.
 Pointwise kernels: each program computes one BLOCK_M x BLOCK_N tile (masked at the edges)::
 
     pid = tl.program_id(0)
-    col_blocks = tl.cdiv(N, BLOCK_N)
+    col_blocks = (N + BLOCK_N - 1) // BLOCK_N
     rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
     ...
     v0 = tl.load(in0_ptr + in0_row + cols * in0_s1, mask=mask, other=0).to(tl.float32)
@@ -131,7 +131,7 @@ class _Writer:
 
     def pointwise(self) -> None:
         self.emit("pid = tl.program_id(0)")
-        self.emit("col_blocks = tl.cdiv(N, BLOCK_N)")
+        self.emit("col_blocks = (N + BLOCK_N - 1) // BLOCK_N")
         self.emit("rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
         self.emit("cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
         self.emit("row_mask = rows < M")
@@ -171,7 +171,7 @@ class _Writer:
                 accs[r.name] = acc
                 tl_type = TL_DTYPE[r.dtype]
                 if r.op == "sum":
-                    self.emit(f"{acc} = tl.zeros([BLOCK_M, BLOCK_N], dtype={tl_type})")
+                    self.emit(f"{acc} = tl.full([BLOCK_M, BLOCK_N], 0, dtype={tl_type})")
                 else:
                     self.emit(f'{acc} = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype={tl_type})')
             self.emit("for start in range(0, N, BLOCK_N):")
@@ -197,10 +197,10 @@ class _Writer:
             for r in work:
                 acc = accs[r.name]
                 if r.op == "sum":
-                    self.emit(f"{r.name} = tl.sum({acc}, axis=1)[:, None]  # {r.label}")
+                    self.emit(f"{r.name} = tl.reduce({acc}, 1, _add)[:, None]  # {r.label}")
                 else:
-                    self.emit(f"{r.name} = tl.max({acc}, axis=1)[:, None]  # {r.label}")
-                    self.emit(f'{r.name} = tl.where(tl.max(({acc} != {acc}).to(tl.int32), axis=1)[:, None] > 0, '
+                    self.emit(f"{r.name} = tl.reduce({acc}, 1, _max)[:, None]  # {r.label}")
+                    self.emit(f'{r.name} = tl.where(tl.reduce(({acc} != {acc}).to(tl.int32), 1, _add)[:, None] > 0, '
                               f'float("nan"), {r.name})')
                 done.add(r.name)
 
@@ -236,7 +236,13 @@ class _Writer:
 
     def render(self) -> str:
         self.signature_lines()
-        self.lines += ["", "import triton", "import triton.language as tl", "", "", "@triton.jit"]
+        self.lines += ["", "import triton", "import triton.language as tl", ""]
+        if self.ir.kind == "reduction":
+            # combine functions for tl.reduce (tl.sum / tl.max are triton.language's own @jit
+            # helpers, which the interpreter runs only when it was on before triton's import)
+            self.lines += ["", "@triton.jit", "def _add(a, b):", "    return a + b", "", "",
+                           "@triton.jit", "def _max(a, b):", "    return tl.maximum(a, b)", ""]
+        self.lines += ["", "@triton.jit"]
         args = kernel_arguments(self.ir) + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
         self.lines.append(f"def {self.ir.name}(")
         for a in args:

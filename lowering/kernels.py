@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -87,13 +87,16 @@ class CompiledKernel:
     jit: Any  # the bare @triton.jit function
     op: Any  # torch.ops.dsgraph_triton.<name>.default
     configs: list
+    checked: dict = field(default_factory=dict)  # input layouts checked against eager -> error
 
     @property
     def name(self) -> str:
         return self.ir.name
 
 
-_CACHE: dict[str, CompiledKernel] = {}  # signature -> kernel
+# (interpreted?, signature) -> kernel: a process that runs both the interpreter and the GPU
+# (the test suite on a GPU machine) keeps the two kernels apart
+_CACHE: dict[tuple[bool, str], CompiledKernel] = {}
 _BY_OP: dict[object, CompiledKernel] = {}  # its op (OpOverload) -> kernel
 
 
@@ -104,7 +107,7 @@ def compiled_for_op(target) -> CompiledKernel | None:
 
 def cache_info() -> dict[str, str]:
     """Signature hash -> kernel name of every kernel compiled in this process."""
-    return {hashlib.sha256(sig.encode()).hexdigest()[:12]: k.name for sig, k in _CACHE.items()}
+    return {hashlib.sha256(sig.encode()).hexdigest()[:12]: k.name for (_, sig), k in _CACHE.items()}
 
 
 def _load_module(name: str, source: str):
@@ -139,7 +142,7 @@ def compile_kernel(ir: KernelIR, fail: bool = False) -> CompiledKernel:
     compile failure would (the failure-injection hook of the lowering pass's tests)."""
     if fail:
         raise KernelCompileError(f"{ir.name}: injected compile failure (fail_regions)")
-    key = ir.signature()
+    key = (interpreting(), ir.signature())
     if key in _CACHE:
         return _CACHE[key]
     source = render(ir)
@@ -292,7 +295,9 @@ def _register_op(compiled: CompiledKernel):
     impl.__signature__ = signature  # triton_op infers the op's schema from it
     impl.__name__ = ir.name
     fake.__signature__ = signature
-    name = f"{NAMESPACE}::{ir.name}"
+    # an interpreted kernel's op gets its own name (see _CACHE)
+    op_name = ir.name + ("_interpreted" if interpreting() else "")
+    name = f"{NAMESPACE}::{op_name}"
     op = torch.library.triton_op(name, impl, mutates_args=tuple(mutated))
     op.register_fake(fake)
-    return getattr(getattr(torch.ops, NAMESPACE), ir.name).default
+    return getattr(getattr(torch.ops, NAMESPACE), op_name).default

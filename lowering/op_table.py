@@ -9,6 +9,11 @@ the result from operand expressions already converted to the right compute type:
     amax = aten.amax(x, [-1], True)     ->  OpMatch("reduction", "max", operands=(x,),
                                                     keepdim=True)
 
+Only Triton builtins appear in templates (``tl.exp``, ``tl.where``, ``tl.math.erf``...), never
+``triton.language``'s own ``@jit`` helpers (``tl.sigmoid``, ``tl.sum``, ``tl.cdiv``): those are
+interpreted only when TRITON_INTERPRET is set before triton is first imported, and the
+generated kernels must run under the interpreter however it was switched on.
+
 Compute types: floating values are computed in fp32 (fp64 stays fp64), whatever their
 storage type; bf16/fp16 are rounded only where the graph casts explicitly and where a
 value is stored, as Inductor does. Bools are ``tl.int1``, integers ``tl.int32``/``tl.int64``.
@@ -77,8 +82,8 @@ _UNARY = {
     aten.sqrt.default: ("sqrt", "tl.sqrt({0})"),
     aten.rsqrt.default: ("rsqrt", "tl.rsqrt({0})"),
     aten.reciprocal.default: ("reciprocal", "1.0 / {0}"),
-    aten.sigmoid.default: ("sigmoid", "tl.sigmoid({0})"),
-    aten.silu.default: ("silu", "{0} * tl.sigmoid({0})"),
+    aten.sigmoid.default: ("sigmoid", "1.0 / (1.0 + tl.exp(-{0}))"),
+    aten.silu.default: ("silu", "{0} / (1.0 + tl.exp(-{0}))"),
     aten.erf.default: ("erf", "tl.math.erf({0})"),
     aten.clone.default: ("clone", "{0}"),
 }

@@ -1,9 +1,8 @@
 """Generated Triton kernels against eager, run by Triton's interpreter on the CPU.
 
-TRITON_INTERPRET=1 is set here, before any kernel is created: Triton reads it when a
-``@triton.jit`` function is made (dsgraph makes its kernels lazily, when a region is first
-compiled), so setting it at import of this module is enough even if another module
-imported triton first. It is not set in tests/conftest.py, which is shared.
+Triton's interpreter is switched on for this module by the ``triton_interpreter`` fixture
+below (the same in each test_lowering_* module that runs kernels; tests/conftest.py is
+shared and stays as it is).
 
 Inputs are fresh random tensors per check with sizes that are not multiples of the
 interpreter's tiles (16 and 8 columns, 2 or 4 rows); fp32 results must be within the fp32
@@ -11,21 +10,32 @@ rule of eager (relative norm error <= 1e-5), bf16/fp16 within the bf16 rule agai
 (RMSE <= 2 * RMSE(eager) + 1e-3).
 """
 
-import os
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.testing import FileCheck
 
-os.environ["TRITON_INTERPRET"] = "1"
+from dsgraph.lowering import kernels
+from dsgraph.lowering.check import rel_err
+from dsgraph.lowering.codegen import render
+from dsgraph.lowering.kernel_ir import region_ir
+from dsgraph.lowering.regions import find_regions
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
-from torch.testing import FileCheck  # noqa: E402
 
-from dsgraph.lowering import kernels  # noqa: E402
-from dsgraph.lowering.check import rel_err  # noqa: E402
-from dsgraph.lowering.codegen import render  # noqa: E402
-from dsgraph.lowering.kernel_ir import region_ir  # noqa: E402
-from dsgraph.lowering.regions import find_regions  # noqa: E402
+@pytest.fixture(autouse=True, scope="module")
+def triton_interpreter():
+    """Triton's interpreter for this module's kernels (CPU tensors). Set through Triton's
+    knob for the module only, not TRITON_INTERPRET in the environment: pytest imports every
+    module before running any, and an environment variable set at import would make the
+    GPU tests' Inductor kernels interpreted too. Triton reads the knob when a kernel is
+    made, and dsgraph makes its kernels lazily, inside the tests."""
+    import triton
+
+    old = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = True
+    yield
+    triton.knobs.runtime.interpret = old
 
 
 def only_region(fn, *example, mode="fake"):
@@ -236,14 +246,18 @@ def test_source_reads_well():
     src = compiled.source
     assert src == render(compiled.ir)  # deterministic
     compile(src, "kernel.py", "exec")  # parses
-    (FileCheck().check("# ops: var_mean").check("@triton.jit").check(f"def {compiled.name}(")
+    (FileCheck().check("# ops: var_mean").check("def _add(a, b):").check(f"def {compiled.name}(")
      .check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
      .check("# loop 1 of 3").check("for start in range(0, N, BLOCK_N):").check("acc0_")
-     .check("tl.sum(").check("/ N  # mean").check("tl.store(out0_ptr + out0_row")
+     .check("tl.reduce(acc0_").check(", 1, _add)").check("/ N  # mean").check("tl.store(out0_ptr + out0_row")
      .check("# loop 2 of 3").check("# loop 3 of 3").check('eviction_policy="evict_first"')
      .check("tl.store(out2_ptr").run(src))
     assert src.count("for start in range(0, N, BLOCK_N):") == 3
     assert 'eviction_policy="evict_last"' in src  # the first loops keep the row cached
+    # only Triton builtins: triton.language's @jit helpers are not interpreted unless the
+    # interpreter was on when triton was imported
+    for helper in ("tl.sum(", "tl.max(", "tl.sigmoid(", "tl.zeros(", "tl.cdiv("):
+        assert helper not in src
 
 
 def test_nan_propagates_like_eager():

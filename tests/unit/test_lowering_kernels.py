@@ -1,22 +1,35 @@
 """Region kernels as torch ops: the op's schema and fake implementation, the cache by
 signature, the autotuner's configs, in-place writes, and the check against eager.
 
-TRITON_INTERPRET=1 is set before any kernel is made (see test_lowering_codegen.py)."""
+Kernels run under Triton's interpreter (the ``triton_interpreter`` fixture)."""
 
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
-from torch.fx.experimental.symbolic_shapes import ShapeEnv  # noqa: E402
+from dsgraph.lowering import kernels
+from dsgraph.lowering.check import KernelMismatch, check_region, rel_err
+from dsgraph.lowering.kernel_ir import region_ir
+from dsgraph.lowering.regions import find_regions
 
-from dsgraph.lowering import kernels  # noqa: E402
-from dsgraph.lowering.check import KernelMismatch, check_region, rel_err  # noqa: E402
-from dsgraph.lowering.kernel_ir import region_ir  # noqa: E402
-from dsgraph.lowering.regions import find_regions  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def triton_interpreter():
+    """Triton's interpreter for this module's kernels (CPU tensors). Set through Triton's
+    knob for the module only, not TRITON_INTERPRET in the environment: pytest imports every
+    module before running any, and an environment variable set at import would make the
+    GPU tests' Inductor kernels interpreted too. Triton reads the knob when a kernel is
+    made, and dsgraph makes its kernels lazily, inside the tests."""
+    import triton
+
+    old = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = True
+    yield
+    triton.knobs.runtime.interpret = old
 
 
 def region_kernel(fn, *example, mode="fake"):
@@ -35,8 +48,9 @@ def norm_and_stats(x, w):
 def test_op_schema_and_name():
     region, binding, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
     op = compiled.op
-    assert op is getattr(torch.ops.dsgraph_triton, compiled.name).default
-    assert str(op._schema) == f"dsgraph_triton::{compiled.name}(Tensor x0, Tensor x1) -> (Tensor, Tensor)"
+    # an interpreted kernel's op carries the suffix (a GPU kernel of the same region does not)
+    assert op is getattr(torch.ops.dsgraph_triton, f"{compiled.name}_interpreted").default
+    assert str(op._schema) == f"dsgraph_triton::{compiled.name}_interpreted(Tensor x0, Tensor x1) -> (Tensor, Tensor)"
     assert kernels.compiled_for_op(op) is compiled
     assert kernels.compiled_for_op(torch.ops.aten.add.Tensor) is None
 
