@@ -24,10 +24,32 @@ first loops ask the cache to keep what they read (``evict_last``), the last one 
 
 from __future__ import annotations
 
+import torch
+
 from .kernel_ir import KernelIR, Store, Value
 from .op_table import TL_DTYPE, compute_dtype
 
 INDENT = "    "
+
+# fp32 -> bf16 by bits, rounding to nearest even: the same on the GPU and under Triton's
+# interpreter, whose own conversion truncates (and flushes bf16 subnormals)
+BF16_HELPERS = [
+    "",
+    "@triton.jit",
+    "def _round_bf16(x):",
+    "    # x rounded to the nearest bfloat16 (ties to even), kept in fp32",
+    "    bits = x.to(tl.uint32, bitcast=True)",
+    "    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16",
+    "    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))",
+    "",
+    "",
+    "@triton.jit",
+    "def _to_bf16(x):",
+    "    bits = _round_bf16(x).to(tl.uint32, bitcast=True) >> 16",
+    "    bits = tl.where(x != x, 0x7FC0, bits)",
+    "    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)",
+    "",
+]
 
 
 def _stride_names(name: str, count: int) -> list[str]:
@@ -109,7 +131,12 @@ class _Writer:
 
     def store(self, s: Store, depth: int) -> None:
         value = self.values[s.value]
-        text = s.value if value.dtype == s.dtype else f"{s.value}.to({TL_DTYPE[s.dtype]})"
+        if value.dtype == s.dtype:
+            text = s.value
+        elif s.dtype == torch.bfloat16:
+            text = f"_to_bf16({s.value})"
+        else:
+            text = f"{s.value}.to({TL_DTYPE[s.dtype]})"
         last = self.ir.rank - 1
         if s.space == "full":
             self.emit(f"tl.store({s.name}_ptr + {s.name}_row + cols * {s.name}_s{last}, {text}, mask=mask)", depth)
@@ -242,6 +269,9 @@ class _Writer:
             # helpers, which the interpreter runs only when it was on before triton's import)
             self.lines += ["", "@triton.jit", "def _add(a, b):", "    return a + b", "", "",
                            "@triton.jit", "def _max(a, b):", "    return tl.maximum(a, b)", ""]
+        if any("_round_bf16(" in v.expr for v in self.ir.values) or any(
+                s.dtype == torch.bfloat16 and self.values[s.value].dtype != s.dtype for s in self.ir.stores):
+            self.lines += BF16_HELPERS
         self.lines += ["", "@triton.jit"]
         args = kernel_arguments(self.ir) + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
         self.lines.append(f"def {self.ir.name}(")

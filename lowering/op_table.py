@@ -9,7 +9,8 @@ the result from operand expressions already converted to the right compute type:
     amax = aten.amax(x, [-1], True)     ->  OpMatch("reduction", "max", operands=(x,),
                                                     keepdim=True)
 
-Only Triton builtins appear in templates (``tl.exp``, ``tl.where``, ``tl.math.erf``...), never
+Only Triton builtins appear in templates (``tl.exp``, ``tl.where``, ``tl.math.erf``...) and the
+code generator's own helpers (``_round_bf16``), never
 ``triton.language``'s own ``@jit`` helpers (``tl.sigmoid``, ``tl.sum``, ``tl.cdiv``): those are
 interpreted only when TRITON_INTERPRET is set before triton is first imported, and the
 generated kernels must run under the interpreter however it was switched on.
@@ -284,9 +285,12 @@ def _cast(node: Node, x: Node, dtype: torch.dtype) -> OpMatch:
     src = _val(x).dtype
     if dtype == torch.bool:
         return OpMatch("pointwise", "cast", (x,), "{0} != 0", operand_dtype=compute_dtype(src))
-    if dtype in (torch.float16, torch.bfloat16) and src != dtype:
-        # round to the narrower type, then compute on in fp32 as eager would see it
-        return OpMatch("pointwise", "cast", (x,), "{0}.to(%s).to(tl.float32)" % TL_DTYPE[dtype],
+    if dtype == torch.bfloat16 and src != dtype:
+        # round to bf16, then compute on in fp32 as eager would see it (codegen's helper:
+        # Triton's interpreter truncates where the GPU rounds to nearest even)
+        return OpMatch("pointwise", "cast", (x,), "_round_bf16({0})", operand_dtype=torch.float32)
+    if dtype == torch.float16 and src != dtype:
+        return OpMatch("pointwise", "cast", (x,), "{0}.to(tl.float16).to(tl.float32)",
                        operand_dtype=compute_dtype(src))
     return OpMatch("pointwise", "cast", (x,), "{0}.to(%s)" % TL_DTYPE[compute_dtype(dtype)],
                    operand_dtype=compute_dtype(src))

@@ -317,3 +317,21 @@ def test_empty_and_single_element_rows():
         assert got.shape == x.shape
         if x.numel():
             assert rel_err(got, softmax(x)) <= 1e-6
+
+
+def test_bf16_rounding_is_bitwise_eagers():
+    """fp32 -> bf16 rounds to nearest even, by bits, so the interpreter (whose own conversion
+    truncates) and the GPU give eager's bits: ties, NaN, inf, huge and subnormal values."""
+    def fn(x):
+        y = x * 3
+        return y.to(torch.bfloat16), (y.to(torch.bfloat16).float() + 1).to(torch.bfloat16)
+
+    x = torch.randn(7, 45) * torch.logspace(-20, 20, 45)
+    x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e38, 2.0 ** -130, -0.0])
+    x[1, :4] = torch.tensor([1.00390625, 1.01171875, -1.00390625, 1.0078125 + 2 ** -8]) / 3
+    gm, region, binding, compiled = only_region(fn, torch.randn(7, 45))
+    got = run_kernel(gm, region, binding, compiled, [x])
+    for g, w in zip(got, fn(x)):
+        assert torch.equal(g.view(torch.int16)[~torch.isnan(w)], w.view(torch.int16)[~torch.isnan(w)])
+        assert torch.equal(torch.isnan(g), torch.isnan(w))
+    assert "def _round_bf16(x):" in compiled.source and "_to_bf16(" in compiled.source
