@@ -15,10 +15,12 @@ Pointwise kernels: each program computes one BLOCK_M x BLOCK_N tile (masked at t
     v0 = tl.load(in0_ptr + in0_row + cols * in0_s1, mask=mask, other=0).to(tl.float32)
     v1 = v0 * 0.5  # mul
 
-Reduction kernels: each program owns BLOCK_M rows and loops over the columns in BLOCK_N
+Reduction kernels: each program owns BLOCK_M rows. When a row fits one tile (``N <=
+BLOCK_N``, a runtime branch) the values are computed in graph order with the reductions
+inline, every input read once. Otherwise the program loops over the columns in BLOCK_N
 chunks, once per level of reductions (layer norm: the sum for the mean, the sum of squares
 about it, then the normalized output), accumulating per lane in fp32 and reducing the
-lanes after the loop. Values are recomputed from loads in each loop that needs them; the
+lanes after the loop; values are recomputed from loads in each loop that needs them, the
 first loops ask the cache to keep what they read (``evict_last``), the last one not to.
 """
 
@@ -173,62 +175,91 @@ class _Writer:
             self.store(s, 1)
 
     def reduction(self) -> None:
-        ir = self.ir
-        level = _levels(ir)
-        reductions = [v for v in ir.values if v.op in ("sum", "max")]
-        full_stores = [s for s in ir.stores if s.space == "full"]
-        passes = 1 + max([level[r.args[0]] for r in reductions] + [level[s.value] for s in full_stores])
         self.emit("pid = tl.program_id(0)")
         self.emit("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
         self.emit("row_mask = rows < M")
         self.emit("cols0 = tl.arange(0, BLOCK_N)[None, :]")
         self.row_offsets(1)
+        self.emit("if N <= BLOCK_N:")
+        self.emit("# the whole row in one tile: every input is read once", 2)
+        self.one_tile(2)
+        self.emit("else:")
+        self.looped(2)
+
+    def reduce(self, r: Value, tile: str, depth: int) -> None:
+        """``r`` = the row-wise reduction of ``tile`` (masked lanes already neutral)."""
+        if r.op == "sum":
+            self.emit(f"{r.name} = tl.reduce({tile}, 1, _add)[:, None]  # {r.label}", depth)
+        else:
+            self.emit(f"{r.name} = tl.reduce({tile}, 1, _max)[:, None]  # {r.label}", depth)
+            # NaN wins, as in torch.amax
+            self.emit(f'{r.name} = tl.where(tl.reduce(({tile} != {tile}).to(tl.int32), 1, _add)[:, None] > 0, '
+                      f'float("nan"), {r.name})', depth)
+
+    def one_tile(self, depth: int) -> None:
+        """N <= BLOCK_N: the values in graph order, reductions inline."""
+        self.emit("cols = cols0", depth)
+        self.emit("mask = row_mask & (cols < N)", depth)
+        for v in self.ir.values:
+            if v.op == "load":
+                self.load(v, depth, None)
+            elif v.op in ("sum", "max"):
+                x = v.args[0]
+                neutral = "0.0" if v.op == "sum" else 'float("-inf")'
+                self.emit(f"t_{v.name} = tl.where(mask, {x}, {neutral})", depth)
+                self.reduce(v, f"t_{v.name}", depth)
+            else:
+                self.expr(v, depth)
+        for s in self.ir.stores:
+            self.store(s, depth)
+
+    def looped(self, depth: int) -> None:
+        """N > BLOCK_N: one loop over the columns per level of reductions."""
+        ir = self.ir
+        level = _levels(ir)
+        reductions = [v for v in ir.values if v.op in ("sum", "max")]
+        full_stores = [s for s in ir.stores if s.space == "full"]
+        passes = 1 + max([level[r.args[0]] for r in reductions] + [level[s.value] for s in full_stores])
         done: set[str] = set()
         for p in range(passes + 1):
-            self.row_values(p, level, done)
+            self.row_values(p, level, done, depth)
             if p == passes:
                 break
             work = [r for r in reductions if level[r.args[0]] == p]
             stores = [s for s in full_stores if level[s.value] == p]
             what = [f"{r.op} -> {r.name} ({r.label})" for r in work] + [f"store {s.name}" for s in stores]
-            self.emit(f"# loop {p + 1} of {passes}: {'; '.join(what)}")
+            self.emit(f"# loop {p + 1} of {passes}: {'; '.join(what)}", depth)
             accs = {}
             for r in work:
                 acc = f"acc{len(accs)}_{r.name}"
                 accs[r.name] = acc
                 tl_type = TL_DTYPE[r.dtype]
                 if r.op == "sum":
-                    self.emit(f"{acc} = tl.full([BLOCK_M, BLOCK_N], 0, dtype={tl_type})")
+                    self.emit(f"{acc} = tl.full([BLOCK_M, BLOCK_N], 0, dtype={tl_type})", depth)
                 else:
-                    self.emit(f'{acc} = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype={tl_type})')
-            self.emit("for start in range(0, N, BLOCK_N):")
-            self.emit("cols = start + cols0", 2)
-            self.emit("mask = row_mask & (cols < N)", 2)
+                    self.emit(f'{acc} = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype={tl_type})', depth)
+            self.emit("for start in range(0, N, BLOCK_N):", depth)
+            self.emit("cols = start + cols0", depth + 1)
+            self.emit("mask = row_mask & (cols < N)", depth + 1)
             eviction = "evict_first" if p == passes - 1 else "evict_last"
             needed = self.closure([r.args[0] for r in work] + [s.value for s in stores])
             for v in ir.values:
                 if v.name in needed:
                     if v.op == "load":
-                        self.load(v, 2, eviction)
+                        self.load(v, depth + 1, eviction)
                     else:
-                        self.expr(v, 2)
+                        self.expr(v, depth + 1)
             for r in work:
                 x, acc = r.args[0], accs[r.name]
                 if r.op == "sum":
-                    self.emit(f"{acc} += tl.where(mask, {x}, 0.0)", 2)
+                    self.emit(f"{acc} += tl.where(mask, {x}, 0.0)", depth + 1)
                 else:
                     # NaN wins, as in torch.amax
-                    self.emit(f"{acc} = tl.where(mask & (({x} > {acc}) | ({x} != {x})), {x}, {acc})", 2)
+                    self.emit(f"{acc} = tl.where(mask & (({x} > {acc}) | ({x} != {x})), {x}, {acc})", depth + 1)
             for s in stores:
-                self.store(s, 2)
+                self.store(s, depth + 1)
             for r in work:
-                acc = accs[r.name]
-                if r.op == "sum":
-                    self.emit(f"{r.name} = tl.reduce({acc}, 1, _add)[:, None]  # {r.label}")
-                else:
-                    self.emit(f"{r.name} = tl.reduce({acc}, 1, _max)[:, None]  # {r.label}")
-                    self.emit(f'{r.name} = tl.where(tl.reduce(({acc} != {acc}).to(tl.int32), 1, _add)[:, None] > 0, '
-                              f'float("nan"), {r.name})')
+                self.reduce(r, accs[r.name], depth)
                 done.add(r.name)
 
     def closure(self, roots: list[str]) -> set[str]:
@@ -245,20 +276,20 @@ class _Writer:
             stack.extend(a for a in v.args if a in self.values)
         return needed
 
-    def row_values(self, p: int, level: dict[str, int], done: set[str]) -> None:
+    def row_values(self, p: int, level: dict[str, int], done: set[str], depth: int) -> None:
         """Row values that become computable once the reductions of loop ``p`` are done,
         then the row outputs that are ready."""
         for v in self.ir.values:
             if not v.row or v.name in done or v.op in ("sum", "max") or level[v.name] > p:
                 continue
             if v.op == "load":
-                self.load(v, 1, None)
+                self.load(v, depth, None)
             else:
-                self.expr(v, 1)
+                self.expr(v, depth)
             done.add(v.name)
         for s in self.ir.stores:
             if s.space != "full" and s.value in done and s.name not in done:
-                self.store(s, 1)
+                self.store(s, depth)
                 done.add(s.name)
 
     def render(self) -> str:

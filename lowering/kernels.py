@@ -237,8 +237,11 @@ def launch_arguments(ir: KernelIR, tensors: list[torch.Tensor], outs: list[torch
     return args, m, n
 
 
-def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list) -> list[torch.Tensor]:
-    """Run the kernel; returns the fresh outputs (tensors written in place are not returned)."""
+def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list,
+           config: tuple[int, int, int] | None = None) -> list[torch.Tensor]:
+    """Run the kernel; returns the fresh outputs (tensors written in place are not returned).
+    ``config``: (BLOCK_M, BLOCK_N, num_warps) instead of the autotuner's choice (tests,
+    benchmarks)."""
     from torch.library import wrap_triton
     import triton
 
@@ -252,7 +255,11 @@ def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list)
         else:
             def grid(meta):
                 return (triton.cdiv(m, meta["BLOCK_M"]),)
-        wrap_triton(compiled.kernel)[grid](*args)
+        if config is None:
+            wrap_triton(compiled.kernel)[grid](*args)
+        else:
+            block_m, block_n, warps = config
+            compiled.jit[grid](*args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
     return [o for o, s in zip(outs, ir.stores) if s.param is None]
 
 

@@ -146,13 +146,6 @@ def _scalar_ok(x) -> bool:
     return isinstance(x, (bool, int, float)) or _is_sym_scalar(x)
 
 
-def _operand(x) -> str | None:
-    """Template text of a scalar operand, or None for a tensor/SymInt (substituted later)."""
-    if isinstance(x, (bool, int, float)):
-        return literal(x)
-    return None
-
-
 def _promote(operands) -> torch.dtype:
     """torch's type promotion of a binary op's operands (tensors by dtype and dimension,
     scalars by category), asked of ``torch.result_type`` on stand-ins without data."""

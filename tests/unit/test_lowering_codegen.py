@@ -185,6 +185,24 @@ def test_reductions_fp32(fn, make):
     check_close(fn, inputs, run_kernel(gm, region, binding, compiled, inputs))
 
 
+@pytest.mark.parametrize("block_n", [64, 16, 8])
+def test_one_tile_and_looped_reductions_agree_with_eager(block_n):
+    """A reduction kernel has two forms: the whole row in one tile (N <= BLOCK_N, each input
+    read once) and a loop per level of reductions. The autotuner picks a tile size; here each
+    form runs with a fixed one (N = 37: one tile at 64, 3 and 5 chunks at 16 and 8)."""
+    for fn, make in [(layer_norm, lambda: [torch.randn(3, 5, 37) * 2 + 1, torch.randn(37), torch.randn(37)]),
+                     (softmax, lambda: [torch.randn(4, 37) * 3]),
+                     (unbiased_var_and_sums, lambda: [torch.randn(6, 37) + 3])]:
+        gm, region, binding, compiled = only_region(fn, *make())
+        inputs = make()
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        got = kernels.launch(compiled, [inputs[placeholders.index(p)] for p in binding.params], [],
+                             config=(2, block_n, 1))
+        by_node = dict(zip(region.outputs, got))
+        check_close(fn, inputs, [by_node[o] for o in graph_outputs(gm)])
+    assert "if N <= BLOCK_N:" in compiled.source and "for start in range(0, N, BLOCK_N):" in compiled.source
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_reductions_low_precision_with_fp32_compute(dtype):
     """As autocast graphs have them: the low-precision input upcast, normalized, cast back."""
@@ -248,11 +266,14 @@ def test_source_reads_well():
     compile(src, "kernel.py", "exec")  # parses
     (FileCheck().check("# ops: var_mean").check("def _add(a, b):").check(f"def {compiled.name}(")
      .check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
+     .check("if N <= BLOCK_N:").check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
+     .check("tl.store(out2_ptr").check("else:")
      .check("# loop 1 of 3").check("for start in range(0, N, BLOCK_N):").check("acc0_")
      .check("tl.reduce(acc0_").check(", 1, _add)").check("/ N  # mean").check("tl.store(out0_ptr + out0_row")
      .check("# loop 2 of 3").check("# loop 3 of 3").check('eviction_policy="evict_first"')
      .check("tl.store(out2_ptr").run(src))
     assert src.count("for start in range(0, N, BLOCK_N):") == 3
+    assert src.count("tl.load(in0_ptr") == 4  # once in the one-tile form, once per loop
     assert 'eviction_policy="evict_last"' in src  # the first loops keep the row cached
     # only Triton builtins: triton.language's @jit helpers are not interpreted unless the
     # interpreter was on when triton was imported
