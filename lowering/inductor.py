@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import operator
 
-import torch
 from torch.fx import GraphModule, Node
 
 from dsgraph import compat

@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
-from dsgraph.lowering import kernels
 from dsgraph.lowering.check import rel_err
 from dsgraph.lowering.kernels import DsgraphLoweringWarning
 
