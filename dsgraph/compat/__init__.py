@@ -44,6 +44,7 @@ from .ops import (
     storage_ref,
     writes,
 )
+from .lowering import has_side_effects, real_tensors, returns_alias, statically_equal
 from .trace import trace_artifact, tracing
 from .version import SUPPORTED, TORCH_VERSION, check_version
 
@@ -52,7 +53,7 @@ __all__ = [
     "boxed_fx", "check_version", "compile_fx", "compile_fx_inner", "contiguous_strides", "copy_graph_module",
     "custom_partitioner_base", "default_partition", "detect_fake_mode", "dsgraph_compile_config",
     "dynamo_graph_inputs", "explain", "extract_partition", "fake_mode_of", "fallback_random", "fx_graph_cse",
-    "graph_handler", "hash_for_files", "hook_dicts", "inductor_mode_options", "inductor_size_hint", "is_op",
+    "graph_handler", "has_side_effects", "hash_for_files", "hook_dicts", "inductor_mode_options", "inductor_size_hint", "is_op",
     "make_boxed", "non_overlapping_and_dense", "op_schema", "out_variant", "post_accumulate_hooks",
-    "post_fusion_hook", "reset", "size_hint", "storage_ref", "sym_expr", "symint_of", "tensor_hooks", "trace_artifact", "tracing", "tree_map", "writes",
+    "post_fusion_hook", "real_tensors", "reset", "returns_alias", "size_hint", "statically_equal", "storage_ref", "sym_expr", "symint_of", "tensor_hooks", "trace_artifact", "tracing", "tree_map", "writes",
 ]

@@ -19,11 +19,11 @@ _BUILT = {
     "reorder_for_memory": "dsgraph.passes.reorder_for_memory",
     "grad_pool": "dsgraph.passes.grad_pool",
     "checkpoint": "dsgraph.passes.checkpoint",
+    "lower_triton": "dsgraph.passes.lower_triton",
     "arena": "dsgraph.passes.arena",
 }
 _NOT_BUILT = {
     "allreduce": "bucketed gradient all-reduce overlapped with the backward",
-    "lower_triton": "lowers fused regions to Triton kernels",
 }
 # The order in which passes must run when a default pipeline is built from options.
 CANONICAL_ORDER = ("lifetimes", "reorder_for_memory", "checkpoint", "grad_pool", "allreduce", "lower_triton", "arena")

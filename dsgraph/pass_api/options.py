@@ -72,7 +72,6 @@ NOT_BUILT = {
     "data_parallel": "bucketed all-reduce (the 'allreduce' pass)",
     "bucket_mb": "bucketed all-reduce (the 'allreduce' pass)",
     "compress": "gradient compression in the 'allreduce' pass",
-    "lower_triton": "Triton lowering (the 'lower_triton' pass)",
 }
 
 

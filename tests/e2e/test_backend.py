@@ -136,8 +136,8 @@ def test_fallback_error_raises(monkeypatch):
 
 
 def test_option_errors_are_not_hidden_by_fallback():
-    compiled = torch.compile(MLP(), backend="dsgraph", options={"fallback": "inductor", "lower_triton": True})
-    with pytest.raises(BackendCompilerFailed, match="not implemented yet"):
+    compiled = torch.compile(MLP(), backend="dsgraph", options={"fallback": "inductor", "memory_budget": 0.5})
+    with pytest.raises(BackendCompilerFailed, match="budgets are bytes, not fractions"):
         compiled(torch.randn(3, 13))
 
 

@@ -1,0 +1,324 @@
+"""Lowered regions on one GPU: dsgraph's generated kernel against Inductor's kernel for the
+same region and against eager's unfused ops, with bytes moved and achieved bandwidth.
+
+    python -m benchmarks.lowering --json $OUT/lowering.json            # H200: every case
+    python -m benchmarks.lowering --cases gelu_bwd,bucket_epilogue      # some of them
+
+Each case is a function of aten ops that forms exactly one region (checked), at sizes where
+the region moves at least 256 MB (bytes read + written, each tensor once). Per case:
+
+- ``dsgraph_us``: the region's kernel called as its op (``dsgraph_triton::...``), after
+  Triton's autotuner picked a config for these sizes;
+- ``dsgraph_inductor_us``: ``torch.compile(fn, backend="dsgraph", options={"pipeline":
+  "lower_triton{select=all}"})`` under ``no_grad``: the kernel handed to Inductor as a
+  user-defined Triton kernel (the path training graphs take);
+- ``inductor_us``: ``torch.compile(fn)`` (Inductor's own fused kernel for the same ops);
+- ``eager_us``: ``fn`` run eagerly (one kernel per op).
+
+Times are the median of ``--repeats`` ``triton.testing.do_bench`` medians. Bandwidth is
+bytes moved / time, also as a fraction of the copy bandwidth measured in the same run
+(``dst.copy_(src)`` of 512 MiB, counting read + write). Before timing, every variant's
+outputs are compared with eager (fp32: relative norm error <= 1e-5; bf16 outputs: the bf16
+rule against fp64).
+
+Without CUDA, ``--dry-run`` (automatic) builds every case at a tiny size on the CPU with
+Triton's interpreter, checks the kernels against eager and writes no timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+WORLD = 8  # the bucket epilogue's 1 / world size
+
+
+def _gelu_fwd(x):
+    xf = x.float()
+    return (xf * 0.5 * (1 + torch.erf(xf * 0.7071067811865476))).to(torch.bfloat16)
+
+
+def _gelu_bwd(x, grad):
+    """The recomputed GELU and its derivative times the incoming gradient, as the backward
+    graph has it after Inductor's decompositions (bf16 activations, fp32 math)."""
+    xf, gf = x.float(), grad.float()
+    cdf = (torch.erf(xf * 0.7071067811865476) + 1) * 0.5
+    pdf = torch.exp(xf * xf * -0.5) * 0.3989422804014327
+    return (gf * (cdf + xf * pdf)).to(torch.bfloat16)
+
+
+def _layer_norm(x, w, b):
+    xf = x.float()
+    var, mean = torch.var_mean(xf, -1, keepdim=True, correction=0)
+    rstd = torch.rsqrt(var + 1e-5)
+    return ((xf - mean) * rstd * w + b).to(torch.bfloat16), mean, rstd
+
+
+def _rms_norm(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(torch.bfloat16)
+
+
+def _softmax(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def _bucket_epilogue(pool, g):
+    """Accumulate a bucket's gradients into the pool, then scale by 1/world and cast to
+    bf16 for a compressed all-reduce."""
+    total = pool + g
+    pool.copy_(total)
+    return (total * (1.0 / WORLD)).to(torch.bfloat16)
+
+
+def _bucket_epilogue_eager(pool, g):
+    pool.add_(g)
+    return (pool * (1.0 / WORLD)).to(torch.bfloat16)
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable
+    shapes: list  # per input: (shape, dtype); the full-size shapes
+    tiny: list  # the same at a CPU test size
+    eager: Callable | None = None  # the unfused eager sequence, when it differs from fn
+    mutates: tuple[int, ...] = ()  # inputs fn writes
+
+    def inputs(self, device: str, tiny: bool = False, seed: int = 0) -> list[torch.Tensor]:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        out = []
+        for shape, dtype in (self.tiny if tiny else self.shapes):
+            out.append(torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype))
+        return out
+
+
+BF16, F32 = torch.bfloat16, torch.float32
+CASES = [
+    # GPT-2-small's MLP activation is 16 x 1024 x 3072: its recomputed GELU backward (gelu_bwd)
+    # moves 302 MB; the forward alone would move 201 MB, so it runs at twice the batch
+    Case("gelu_fwd", _gelu_fwd, [((32, 1024, 3072), BF16)], [((2, 3, 37), BF16)]),
+    Case("gelu_bwd", _gelu_bwd, [((16, 1024, 3072), BF16)] * 2, [((2, 3, 37), BF16)] * 2),
+    Case("layer_norm", _layer_norm, [((16, 1024, 4096), BF16), ((4096,), F32), ((4096,), F32)],
+         [((2, 3, 37), BF16), ((37,), F32), ((37,), F32)]),
+    Case("rms_norm", _rms_norm, [((16, 1024, 4096), BF16), ((4096,), F32)], [((2, 3, 37), BF16), ((37,), F32)]),
+    Case("softmax", _softmax, [((16384, 4096), F32)], [((5, 37), F32)]),
+    Case("bucket_epilogue", _bucket_epilogue, [((64 * 2**20,), F32)] * 2, [((1001,), F32)] * 2,
+         eager=_bucket_epilogue_eager, mutates=(0,)),
+]
+
+
+@dataclass
+class Built:
+    case: Case
+    plan: object
+    compiled: object
+    binding_index: list  # for each op argument, which input of fn it is
+    result: dict = field(default_factory=dict)
+
+    def call(self, inputs):
+        return self.compiled.op(*[inputs[i] for i in self.binding_index])
+
+
+def build(case: Case, device: str, tiny: bool = False) -> Built:
+    """Trace the case, check it is one region, compile its kernel."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dsgraph.lowering import kernels
+    from dsgraph.passes.lower_triton import plan_lowering
+
+    inputs = case.inputs(device, tiny)
+    gm = make_fx(case.fn, tracing_mode="fake")(*inputs)
+    plan = plan_lowering(gm, "all")
+    if len(plan.regions) != 1 or plan.not_selected:
+        raise AssertionError(f"{case.name}: expected one region, got {plan}")
+    planned = plan.regions[0]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = [placeholders.index(n) for n in planned.binding.params]
+    if planned.binding.scalars:
+        raise AssertionError(f"{case.name}: unexpected scalar arguments")
+    return Built(case, plan, kernels.compile_kernel(planned.ir), index)
+
+
+def full_size_bytes(case: Case) -> int:
+    """Bytes the case's region moves at full size (traced on the meta device: no memory)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dsgraph.passes.lower_triton import plan_lowering
+
+    inputs = [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in case.shapes]
+    gm = make_fx(case.fn, tracing_mode="fake")(*inputs)
+    (planned,) = plan_lowering(gm, "all").regions
+    return planned.bytes_moved
+
+
+def _as_list(x):
+    return [x] if isinstance(x, torch.Tensor) else list(x)
+
+
+def _fn_outputs(case: Case, fn, inputs):
+    """What fn returns, plus the inputs it writes (in that order)."""
+    return _as_list(fn(*inputs)) + [inputs[i] for i in case.mutates]
+
+
+def _kernel_outputs(built: Built, inputs):
+    """The kernel's fresh outputs in fn's return order, plus the inputs it writes."""
+    got = _as_list(built.call(inputs)) if built.compiled.op is not None else []
+    region = built.plan.regions[0].region
+    # the op returns the region's outputs in graph order; fn returns them in its own order
+    gm_outputs = region.nodes[0].graph.output_node().args[0]
+    gm_outputs = list(gm_outputs) if isinstance(gm_outputs, (tuple, list)) else [gm_outputs]
+    by_node = dict(zip(region.outputs, got))
+    return [by_node[n] for n in gm_outputs if n in by_node] + [inputs[i] for i in built.case.mutates]
+
+
+def error(case: Case, got: list, inputs_before: list) -> float:
+    """Worst error of ``got`` against eager: fp32 outputs of fp32 math, relative norm error;
+    everything else, RMSE over (2 * eager's RMSE + 1e-3) against fp64 (<= 1 passes)."""
+    want = _fn_outputs(case, case.eager or case.fn, [t.clone() for t in inputs_before])
+    low = any(t.dtype in (torch.bfloat16, torch.float16) for t in inputs_before + want)
+    ref = None
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not low:
+            err = ((g.double() - w.double()).norm() / w.double().norm()).item() / 1e-5
+        else:
+            if ref is None:
+                ref = _fn_outputs(case, case.fn, [t.clone().double() for t in inputs_before])
+            r = ref[i].double()
+            rmse = lambda a: (a.double() - r).pow(2).mean().sqrt().item()  # noqa: E731
+            err = rmse(g) / (2 * rmse(w) + 1e-3)
+        worst = max(worst, err)
+    return worst
+
+
+def check(built: Built, device: str, tiny: bool) -> float:
+    """The kernel against eager on fresh inputs: the largest error in units of the allowed
+    error (<= 1 passes)."""
+    inputs = built.case.inputs(device, tiny, seed=1)
+    before = [t.clone() for t in inputs]
+    got = _kernel_outputs(built, inputs)
+    return error(built.case, got, before)
+
+
+def _bench(fn, repeats: int) -> float:
+    from triton.testing import do_bench
+
+    return statistics.median(do_bench(fn, warmup=25, rep=100, return_mode="median") for _ in range(repeats)) * 1e3
+
+
+def copy_bandwidth(repeats: int) -> float:
+    """Bytes per second of ``dst.copy_(src)`` over 512 MiB, counting read plus write."""
+    src = torch.randn(128 * 2**20, device="cuda")
+    dst = torch.empty_like(src)
+    us = _bench(lambda: dst.copy_(src), repeats)
+    return 2 * src.numel() * src.element_size() / (us * 1e-6)
+
+
+def measure(built: Built, repeats: int, copy_bw: float) -> dict:
+    case = built.case
+    planned = built.plan.regions[0]
+    inputs = case.inputs("cuda")
+    out = {"case": case.name, "kernel": built.compiled.name,
+           "shapes": [[list(s), str(d).replace("torch.", "")] for s, d in case.shapes],
+           "bytes_moved": planned.bytes_moved, "bytes_read": planned.bytes_read,
+           "bytes_written": planned.bytes_written}
+    # correctness of every variant on fresh inputs before timing
+    out["dsgraph_error"] = check(built, "cuda", tiny=False)
+    inductor = torch.compile(case.fn)
+    dsgraph_inductor = torch.compile(case.fn, backend="dsgraph",
+                                     options={"pipeline": "lower_triton{select=all}"})
+    for key, fn in (("inductor_error", inductor), ("dsgraph_inductor_error", dsgraph_inductor)):
+        fresh = case.inputs("cuda", seed=2)
+        before = [t.clone() for t in fresh]
+        with torch.no_grad():
+            out[key] = error(case, _fn_outputs(case, fn, fresh), before)
+    variants = {
+        "dsgraph_us": lambda: built.call(inputs),
+        "dsgraph_inductor_us": lambda: dsgraph_inductor(*inputs),
+        "inductor_us": lambda: inductor(*inputs),
+        "eager_us": lambda: (case.eager or case.fn)(*inputs),
+    }
+    with torch.no_grad():
+        for key, fn in variants.items():
+            out[key] = _bench(fn, repeats)
+    best = built.compiled.kernel.best_config if hasattr(built.compiled.kernel, "best_config") else None
+    out["config"] = None if best is None else {**best.kwargs, "num_warps": best.num_warps}
+    for key in ("dsgraph_us", "dsgraph_inductor_us", "inductor_us", "eager_us"):
+        gbps = planned.bytes_moved / (out[key] * 1e-6) / 1e9
+        out[key.replace("_us", "_GBps")] = round(gbps, 1)
+        out[key.replace("_us", "_of_copy")] = round(gbps * 1e9 / copy_bw, 3)
+    out["dsgraph_vs_inductor"] = round(out["inductor_us"] / out["dsgraph_us"], 3)
+    out["dsgraph_vs_eager"] = round(out["eager_us"] / out["dsgraph_us"], 3)
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = ("case", "MB", "dsgraph us", "via Inductor us", "Inductor us", "eager us", "dsgraph/copy", "vs Inductor")
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        lines.append(" | ".join([r["case"], f"{r['bytes_moved'] / 1e6:.0f}", f"{r['dsgraph_us']:.1f}",
+                                 f"{r['dsgraph_inductor_us']:.1f}", f"{r['inductor_us']:.1f}",
+                                 f"{r['eager_us']:.1f}", f"{r['dsgraph_of_copy']:.2f}",
+                                 f"{r['dsgraph_vs_inductor']:.2f}x"]))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--cases", default=",".join(c.name for c in CASES))
+    parser.add_argument("--repeats", type=int, default=5, help="do_bench runs per variant (median of medians)")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, Triton's interpreter, no timing")
+    args = parser.parse_args(argv)
+    dry = args.dry_run or not torch.cuda.is_available()
+    if dry:
+        import triton
+
+        triton.knobs.runtime.interpret = True  # before any kernel is made
+    wanted = args.cases.split(",")
+    unknown = sorted(set(wanted) - {c.name for c in CASES})
+    if unknown:
+        parser.error(f"unknown cases {unknown}; known: {[c.name for c in CASES]}")
+    import triton
+
+    result = {"torch": torch.__version__, "triton": triton.__version__, "dry_run": dry, "cases": []}
+    if dry:
+        for case in (c for c in CASES if c.name in wanted):
+            built = build(case, "cpu", tiny=True)
+            result["cases"].append({"case": case.name, "kernel": built.compiled.name,
+                                    "bytes_moved_tiny": built.plan.regions[0].bytes_moved,
+                                    "error_vs_allowed": check(built, "cpu", tiny=True)})
+            print(f"{case.name}: {built.compiled.name}, error {result['cases'][-1]['error_vs_allowed']:.3f} of allowed")
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        result["device"] = torch.cuda.get_device_name()
+        copy_bw = copy_bandwidth(args.repeats)
+        result["copy_GBps"] = round(copy_bw / 1e9, 1)
+        print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write)")
+        for case in (c for c in CASES if c.name in wanted):
+            built = build(case, "cuda")
+            row = measure(built, args.repeats, copy_bw)
+            result["cases"].append(row)
+            print(json.dumps(row))
+        print(table(result["cases"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    bad = [c["case"] for c in result["cases"]
+           if max(c.get(k, 0) for k in ("error_vs_allowed", "dsgraph_error", "dsgraph_inductor_error")) > 1]
+    if bad:
+        print(f"outputs differ from eager beyond the rule: {bad}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

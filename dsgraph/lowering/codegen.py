@@ -1,0 +1,321 @@
+"""Triton source for one region: one ``@triton.jit`` kernel, readable and deterministic.
+
+The iteration space is 2-D: rows (every index of F but the last, flattened) by columns
+(F's last dimension N). Every tensor comes with its strides as arguments (0 where it is
+broadcast), so contiguous, transposed and broadcast inputs run the same kernel, and sizes
+(M rows, N columns, the leading sizes D1.. that unflatten a row index) are arguments, never
+constants: one compiled kernel serves every size.
+
+Pointwise kernels: each program computes one BLOCK_M x BLOCK_N tile (masked at the edges)::
+
+    pid = tl.program_id(0)
+    col_blocks = (N + BLOCK_N - 1) // BLOCK_N
+    rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+    ...
+    v0 = tl.load(in0_ptr + in0_row + cols * in0_s1, mask=mask, other=0).to(tl.float32)
+    v1 = v0 * 0.5  # mul
+
+Reduction kernels: each program owns BLOCK_M rows. When a row fits one tile (``N <=
+BLOCK_N``, a runtime branch) the values are computed in graph order with the reductions
+inline, every input read once. Otherwise the program loops over the columns in BLOCK_N
+chunks, once per level of reductions (layer norm: the sum for the mean, the sum of squares
+about it, then the normalized output), accumulating per lane in fp32 and reducing the
+lanes after the loop; values are recomputed from loads in each loop that needs them, the
+first loops ask the cache to keep what they read (``evict_last``), the last one not to.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kernel_ir import KernelIR, Store, Value
+from .op_table import TL_DTYPE, compute_dtype
+
+INDENT = "    "
+
+# fp32 -> bf16 by bits, rounding to nearest even: the same on the GPU and under Triton's
+# interpreter, whose own conversion truncates (and flushes bf16 subnormals)
+BF16_HELPERS = [
+    "",
+    "@triton.jit",
+    "def _round_bf16(x):",
+    "    # x rounded to the nearest bfloat16 (ties to even), kept in fp32",
+    "    bits = x.to(tl.uint32, bitcast=True)",
+    "    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16",
+    "    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))",
+    "",
+    "",
+    "@triton.jit",
+    "def _to_bf16(x):",
+    "    bits = _round_bf16(x).to(tl.uint32, bitcast=True) >> 16",
+    "    bits = tl.where(x != x, 0x7FC0, bits)",
+    "    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)",
+    "",
+]
+
+
+def _stride_names(name: str, count: int) -> list[str]:
+    return [f"{name}_s{i}" for i in range(count)]
+
+
+def kernel_arguments(ir: KernelIR) -> list[str]:
+    """The kernel's arguments in order (the launcher passes them in this order)."""
+    r = ir.rank
+    args = [f"{l.name}_ptr" for l in ir.loads] + [f"{s.name}_ptr" for s in ir.stores]
+    args += [f"a{i}" for i in range(ir.scalars)]
+    args += ["M", "N"] + [f"D{i}" for i in range(1, r - 1)]
+    for l in ir.loads:
+        args += _stride_names(l.name, r if l.space == "full" else r - 1)
+    for s in ir.stores:
+        args += _stride_names(s.name, r if s.space == "full" else r - 1)
+    return args
+
+
+def _levels(ir: KernelIR) -> dict[str, int]:
+    """Loop pass in which each value can first be computed (reductions add one)."""
+    level: dict[str, int] = {}
+    for v in ir.values:
+        deps = [level[a] for a in v.args if a in level]
+        base = max(deps, default=0)
+        level[v.name] = base + 1 if v.op in ("sum", "max") else base
+    return level
+
+
+class _Writer:
+    def __init__(self, ir: KernelIR):
+        self.ir = ir
+        self.lines: list[str] = []
+        self.values = {v.name: v for v in ir.values}
+        self.loads = {l.name: l for l in ir.loads}
+
+    def emit(self, line: str, depth: int = 1) -> None:
+        self.lines.append(INDENT * depth + line)
+
+    # ---- pieces -------------------------------------------------------------------------
+
+    def row_offsets(self, depth: int) -> None:
+        r = self.ir.rank
+        self.emit("r = rows.to(tl.int64)  # row index, 64-bit for the offsets below", depth)
+        # unflatten the row index into the leading dims i0 .. i{r-2}
+        if r == 2:
+            self.emit("i0 = r", depth)
+        else:
+            current = "r"
+            for d in range(r - 2, 0, -1):
+                self.emit(f"i{d} = {current} % D{d}", depth)
+                nxt = "t" if d > 1 else None
+                if nxt:
+                    self.emit(f"t = {current} // D{d}", depth)
+                    current = "t"
+                else:
+                    self.emit(f"i0 = {current} // D{d}", depth)
+        for arg in [*self.ir.loads, *self.ir.stores]:
+            terms = " + ".join(f"i{d} * {arg.name}_s{d}" for d in range(r - 1))
+            self.emit(f"{arg.name}_row = {terms}", depth)
+
+    def load(self, v: Value, depth: int, eviction: str | None) -> None:
+        load = self.loads[v.args[0]]
+        dtype = self.ir.params[load.param].dtype
+        last = self.ir.rank - 1
+        evict = f', eviction_policy="{eviction}"' if eviction else ""
+        if load.space == "full":
+            ptr, mask = f"{load.name}_ptr + {load.name}_row + cols * {load.name}_s{last}", "mask"
+        else:
+            ptr, mask = f"{load.name}_ptr + {load.name}_row", "row_mask"
+        cast = "" if compute_dtype(dtype) == dtype else f".to({TL_DTYPE[v.dtype]})"
+        self.emit(f"{v.name} = tl.load({ptr}, mask={mask}, other=0{evict}){cast}  # {v.label}", depth)
+
+    def expr(self, v: Value, depth: int) -> None:
+        text = v.expr
+        for i, a in enumerate(v.args):
+            text = text.replace("{%d}" % i, a)
+        self.emit(f"{v.name} = {text}  # {v.label}", depth)
+
+    def store(self, s: Store, depth: int) -> None:
+        value = self.values[s.value]
+        if value.dtype == s.dtype:
+            text = s.value
+        elif s.dtype == torch.bfloat16:
+            text = f"_to_bf16({s.value})"
+        else:
+            text = f"{s.value}.to({TL_DTYPE[s.dtype]})"
+        last = self.ir.rank - 1
+        if s.space == "full":
+            self.emit(f"tl.store({s.name}_ptr + {s.name}_row + cols * {s.name}_s{last}, {text}, mask=mask)", depth)
+        else:
+            self.emit(f"tl.store({s.name}_ptr + {s.name}_row, {text}, mask=row_mask)", depth)
+
+    def signature_lines(self) -> None:
+        ir = self.ir
+        ops = [v.label for v in ir.values if v.op not in ("load",)]
+        self.lines.append(f"# {ir.name}: {ir.kind} kernel over rank-{ir.rank} tensors (rows x last dim)")
+        self.lines.append(f"# ops: {', '.join(ops)}")
+        self.lines.append("# inputs: " + ", ".join(
+            f"{l.name} {str(ir.params[l.param].dtype).replace('torch.', '')} ({l.space})" for l in ir.loads))
+        self.lines.append("# outputs: " + ", ".join(
+            f"{s.name} {str(s.dtype).replace('torch.', '')} ({s.space}{', in place' if s.param is not None else ''})"
+            for s in ir.stores))
+
+    # ---- kernels --------------------------------------------------------------------------
+
+    def pointwise(self) -> None:
+        self.emit("pid = tl.program_id(0)")
+        self.emit("col_blocks = (N + BLOCK_N - 1) // BLOCK_N")
+        self.emit("rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+        self.emit("cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
+        self.emit("row_mask = rows < M")
+        self.emit("mask = row_mask & (cols < N)")
+        self.row_offsets(1)
+        for v in self.ir.values:
+            if v.op == "load":
+                self.load(v, 1, None)
+            else:
+                self.expr(v, 1)
+        for s in self.ir.stores:
+            self.store(s, 1)
+
+    def reduction(self) -> None:
+        self.emit("pid = tl.program_id(0)")
+        self.emit("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
+        self.emit("row_mask = rows < M")
+        self.emit("cols0 = tl.arange(0, BLOCK_N)[None, :]")
+        self.row_offsets(1)
+        self.emit("if N <= BLOCK_N:")
+        self.emit("# the whole row in one tile: every input is read once", 2)
+        self.one_tile(2)
+        self.emit("else:")
+        self.looped(2)
+
+    def reduce(self, r: Value, tile: str, depth: int) -> None:
+        """``r`` = the row-wise reduction of ``tile`` (masked lanes already neutral)."""
+        if r.op == "sum":
+            self.emit(f"{r.name} = tl.reduce({tile}, 1, _add)[:, None]  # {r.label}", depth)
+        else:
+            self.emit(f"{r.name} = tl.reduce({tile}, 1, _max)[:, None]  # {r.label}", depth)
+            # NaN wins, as in torch.amax
+            self.emit(f'{r.name} = tl.where(tl.reduce(({tile} != {tile}).to(tl.int32), 1, _add)[:, None] > 0, '
+                      f'float("nan"), {r.name})', depth)
+
+    def one_tile(self, depth: int) -> None:
+        """N <= BLOCK_N: the values in graph order, reductions inline."""
+        self.emit("cols = cols0", depth)
+        self.emit("mask = row_mask & (cols < N)", depth)
+        for v in self.ir.values:
+            if v.op == "load":
+                self.load(v, depth, None)
+            elif v.op in ("sum", "max"):
+                x = v.args[0]
+                neutral = "0.0" if v.op == "sum" else 'float("-inf")'
+                self.emit(f"t_{v.name} = tl.where(mask, {x}, {neutral})", depth)
+                self.reduce(v, f"t_{v.name}", depth)
+            else:
+                self.expr(v, depth)
+        for s in self.ir.stores:
+            self.store(s, depth)
+
+    def looped(self, depth: int) -> None:
+        """N > BLOCK_N: one loop over the columns per level of reductions."""
+        ir = self.ir
+        level = _levels(ir)
+        reductions = [v for v in ir.values if v.op in ("sum", "max")]
+        full_stores = [s for s in ir.stores if s.space == "full"]
+        passes = 1 + max([level[r.args[0]] for r in reductions] + [level[s.value] for s in full_stores])
+        done: set[str] = set()
+        for p in range(passes + 1):
+            self.row_values(p, level, done, depth)
+            if p == passes:
+                break
+            work = [r for r in reductions if level[r.args[0]] == p]
+            stores = [s for s in full_stores if level[s.value] == p]
+            what = [f"{r.op} -> {r.name} ({r.label})" for r in work] + [f"store {s.name}" for s in stores]
+            self.emit(f"# loop {p + 1} of {passes}: {'; '.join(what)}", depth)
+            accs = {}
+            for r in work:
+                acc = f"acc{len(accs)}_{r.name}"
+                accs[r.name] = acc
+                tl_type = TL_DTYPE[r.dtype]
+                if r.op == "sum":
+                    self.emit(f"{acc} = tl.full([BLOCK_M, BLOCK_N], 0, dtype={tl_type})", depth)
+                else:
+                    self.emit(f'{acc} = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype={tl_type})', depth)
+            self.emit("for start in range(0, N, BLOCK_N):", depth)
+            self.emit("cols = start + cols0", depth + 1)
+            self.emit("mask = row_mask & (cols < N)", depth + 1)
+            eviction = "evict_first" if p == passes - 1 else "evict_last"
+            needed = self.closure([r.args[0] for r in work] + [s.value for s in stores])
+            for v in ir.values:
+                if v.name in needed:
+                    if v.op == "load":
+                        self.load(v, depth + 1, eviction)
+                    else:
+                        self.expr(v, depth + 1)
+            for r in work:
+                x, acc = r.args[0], accs[r.name]
+                if r.op == "sum":
+                    self.emit(f"{acc} += tl.where(mask, {x}, 0.0)", depth + 1)
+                else:
+                    # NaN wins, as in torch.amax
+                    self.emit(f"{acc} = tl.where(mask & (({x} > {acc}) | ({x} != {x})), {x}, {acc})", depth + 1)
+            for s in stores:
+                self.store(s, depth + 1)
+            for r in work:
+                self.reduce(r, accs[r.name], depth)
+                done.add(r.name)
+
+    def closure(self, roots: list[str]) -> set[str]:
+        """Full (per element) values needed for ``roots`` inside a loop; row values are
+        computed before the loop."""
+        needed: set[str] = set()
+        stack = list(roots)
+        while stack:
+            name = stack.pop()
+            v = self.values[name]
+            if name in needed or v.row:
+                continue
+            needed.add(name)
+            stack.extend(a for a in v.args if a in self.values)
+        return needed
+
+    def row_values(self, p: int, level: dict[str, int], done: set[str], depth: int) -> None:
+        """Row values that become computable once the reductions of loop ``p`` are done,
+        then the row outputs that are ready."""
+        for v in self.ir.values:
+            if not v.row or v.name in done or v.op in ("sum", "max") or level[v.name] > p:
+                continue
+            if v.op == "load":
+                self.load(v, depth, None)
+            else:
+                self.expr(v, depth)
+            done.add(v.name)
+        for s in self.ir.stores:
+            if s.space != "full" and s.value in done and s.name not in done:
+                self.store(s, depth)
+                done.add(s.name)
+
+    def render(self) -> str:
+        self.signature_lines()
+        self.lines += ["", "import triton", "import triton.language as tl", ""]
+        if self.ir.kind == "reduction":
+            # combine functions for tl.reduce (tl.sum / tl.max are triton.language's own @jit
+            # helpers, which the interpreter runs only when it was on before triton's import)
+            self.lines += ["", "@triton.jit", "def _add(a, b):", "    return a + b", "", "",
+                           "@triton.jit", "def _max(a, b):", "    return tl.maximum(a, b)", ""]
+        if any("_round_bf16(" in v.expr for v in self.ir.values) or any(
+                s.dtype == torch.bfloat16 and self.values[s.value].dtype != s.dtype for s in self.ir.stores):
+            self.lines += BF16_HELPERS
+        self.lines += ["", "@triton.jit"]
+        args = kernel_arguments(self.ir) + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
+        self.lines.append(f"def {self.ir.name}(")
+        for a in args:
+            self.emit(f"{a},")
+        self.lines.append("):")
+        if self.ir.kind == "pointwise":
+            self.pointwise()
+        else:
+            self.reduction()
+        return "\n".join(self.lines) + "\n"
+
+
+def render(ir: KernelIR) -> str:
+    """The Triton source of ``ir``'s kernel (a module defining one function, ``ir.name``)."""
+    return _Writer(ir).render()

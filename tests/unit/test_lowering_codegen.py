@@ -1,0 +1,358 @@
+"""Generated Triton kernels against eager, run by Triton's interpreter on the CPU.
+
+Triton's interpreter is switched on for this module by the ``triton_interpreter`` fixture
+below (the same in each test_lowering_* module that runs kernels; tests/conftest.py is
+shared and stays as it is).
+
+Inputs are fresh random tensors per check with sizes that are not multiples of the
+interpreter's tiles (16 and 8 columns, 2 or 4 rows); fp32 results must be within the fp32
+rule of eager (relative norm error <= 1e-5), bf16/fp16 within the bf16 rule against fp64
+(RMSE <= 2 * RMSE(eager) + 1e-3).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.testing import FileCheck
+
+from dsgraph.lowering import kernels
+from dsgraph.lowering.check import rel_err
+from dsgraph.lowering.codegen import render
+from dsgraph.lowering.kernel_ir import region_ir
+from dsgraph.lowering.regions import find_regions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def triton_interpreter():
+    """Triton's interpreter for this module's kernels (CPU tensors). Set through Triton's
+    knob for the module only, not TRITON_INTERPRET in the environment: pytest imports every
+    module before running any, and an environment variable set at import would make the
+    GPU tests' Inductor kernels interpreted too. Triton reads the knob when a kernel is
+    made, and dsgraph makes its kernels lazily, inside the tests."""
+    import triton
+
+    old = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = True
+    yield
+    triton.knobs.runtime.interpret = old
+
+
+def only_region(fn, *example, mode="fake"):
+    gm = make_fx(fn, tracing_mode=mode)(*example)
+    regions = find_regions(gm)
+    assert len(regions) == 1, [str(r) for r in regions]
+    region = regions[0]
+    ir, binding = region_ir(region)
+    return gm, region, binding, kernels.compile_kernel(ir)
+
+
+def run_kernel(gm, region, binding, compiled, inputs):
+    """The fn's outputs as the region kernel computes them (graph output order)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    value = dict(zip(placeholders, inputs))
+    tensors = [value[p] for p in binding.params]
+    scalars = [value[s] if s in value else _size_of(s, value) for s in binding.scalars]
+    got = compiled.op(*tensors, *scalars)
+    got = [got] if isinstance(got, torch.Tensor) else list(got)
+    by_node = dict(zip(region.outputs, got))
+    return [by_node[o] for o in graph_outputs(gm)]
+
+
+def graph_outputs(gm):
+    out = gm.graph.output_node().args[0]
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _size_of(node, value):
+    """A sym_size node's value on the concrete inputs."""
+    assert node.target is torch.ops.aten.sym_size.int, node.format_node()
+    return value[node.args[0]].shape[node.args[1]]
+
+
+def rmse(a, b):
+    return (a.double() - b.double()).pow(2).mean().sqrt().item()
+
+
+def check_close(fn, inputs, got, ref_fn=None):
+    """All-fp32 computations: fp32 rule against eager. With bf16/fp16 inputs the kernel keeps
+    fp32 between ops where eager rounds, so every float output gets the bf16 rule against
+    fp64 (an fp32 output of bf16 math too; ``ref_fn``: the fp64 reference when ``fn`` casts
+    to a low precision itself). Integers and bools: exact."""
+    low = any(x.dtype in (torch.bfloat16, torch.float16) for x in inputs)
+    want = fn(*inputs)
+    want = [want] if isinstance(want, torch.Tensor) else list(want)
+    assert len(got) == len(want)
+    ref = None
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        if w.dtype in (torch.float32, torch.float64) and not low:
+            assert rel_err(g, w) <= 1e-5, rel_err(g, w)
+        elif w.is_floating_point():
+            if ref is None:
+                ref = (ref_fn or fn)(*[x.double() if x.is_floating_point() else x for x in inputs])
+                ref = [ref] if isinstance(ref, torch.Tensor) else list(ref)
+            r = ref[i].double()
+            assert rmse(g, r) <= 2 * rmse(w, r) + 1e-3, (rmse(g, r), rmse(w, r))
+        else:
+            assert torch.equal(g, w)
+
+
+def pointwise_mix(x, y):
+    a = F.gelu(x) + F.gelu(y, approximate="tanh")
+    b = torch.sigmoid(a) * F.silu(x) - torch.tanh(y) / (torch.abs(x) + 1)
+    c = torch.where(x > y, torch.exp(-b.abs()), torch.log(torch.abs(y) + 0.5))
+    d = torch.clamp(c, -0.7, 0.9) + torch.relu(x) ** 2 + torch.rsqrt(torch.abs(b) + 1) + torch.sqrt(torch.abs(a))
+    return d - (-x) ** 3 + torch.abs(y) ** 0.37 - 1 / (x * x + 1), x > 0.3
+
+
+def test_pointwise_ops_fp32_match_eager():
+    x, y = torch.randn(5, 37), torch.randn(5, 37)
+    gm, region, binding, compiled = only_region(pointwise_mix, x, y)
+    assert region.kind == "pointwise"
+    x, y = torch.randn(5, 37) * 2, torch.randn(5, 37) * 2  # fresh inputs for the check
+    check_close(pointwise_mix, [x, y], run_kernel(gm, region, binding, compiled, [x, y]))
+
+
+def test_tanh_is_accurate_near_zero_and_far_out():
+    x = torch.cat([torch.randn(50) * 1e-3, torch.randn(50) * 0.05, torch.randn(50) * 3, torch.randn(11) * 30])
+    gm, region, binding, compiled = only_region(torch.tanh, torch.randn(161))
+    got = run_kernel(gm, region, binding, compiled, [x])[0]
+    assert rel_err(got, torch.tanh(x)) <= 1e-6
+    # elementwise too, not only in norm: the small inputs are where the exp form cancels
+    assert ((got - torch.tanh(x)).abs() <= 1e-6 * torch.tanh(x).abs() + 1e-7).all()
+
+
+def test_strided_and_broadcast_inputs():
+    def fn(xt, bias, row, scalar, mid):
+        # xt transposed (strided), bias [N], row [M, 1], a 0-d tensor, and a [B, 1, N] input
+        h = ((mid + xt) * bias + row) * scalar
+        return torch.sigmoid(h)
+
+    make = lambda: [torch.randn(37, 5).t(), torch.randn(37), torch.randn(5, 1), torch.randn(()), torch.randn(3, 1, 37)]
+    gm, region, binding, compiled = only_region(fn, *make())
+    ir = compiled.ir
+    spaces = {binding.params[l.param].name: l.space for l in ir.loads}
+    assert spaces == {"xt_1": "full", "bias_1": "full", "row_1": "row", "scalar_1": "row", "mid_1": "full"}
+    inputs = make()
+    assert not inputs[0].is_contiguous()
+    check_close(fn, inputs, run_kernel(gm, region, binding, compiled, inputs))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_dtypes(dtype):
+    def fn(x, w):
+        h = F.gelu(x * w + 0.25) - torch.tanh(x)
+        return h, (h * 3).to(torch.float32)
+
+    make = lambda: [torch.randn(3, 7, 45).to(dtype), torch.randn(45).to(dtype)]
+    gm, region, binding, compiled = only_region(fn, *make())
+    inputs = make()
+    got = run_kernel(gm, region, binding, compiled, inputs)
+    assert got[0].dtype == dtype and got[1].dtype == torch.float32
+    check_close(fn, inputs, got)
+
+
+def layer_norm(x, w, b):
+    var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+    rstd = torch.rsqrt(var + 1e-5)
+    return (x - mean) * rstd * w + b, mean, rstd
+
+
+def rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def softmax(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def unbiased_var_and_sums(x):
+    return torch.var(x, -1, keepdim=True), x.sum(-1), (x * 2).mean(-1)
+
+
+@pytest.mark.parametrize("fn,make", [
+    (layer_norm, lambda: [torch.randn(3, 5, 41) * 2 + 1, torch.randn(41), torch.randn(41)]),
+    (rms_norm, lambda: [torch.randn(7, 41), torch.randn(41)]),
+    (softmax, lambda: [torch.randn(2, 3, 5, 43) * 3]),
+    (unbiased_var_and_sums, lambda: [torch.randn(9, 40) + 3]),
+])
+def test_reductions_fp32(fn, make):
+    gm, region, binding, compiled = only_region(fn, *make())
+    assert region.kind == "reduction"
+    inputs = make()
+    check_close(fn, inputs, run_kernel(gm, region, binding, compiled, inputs))
+
+
+@pytest.mark.parametrize("block_n", [64, 16, 8])
+def test_one_tile_and_looped_reductions_agree_with_eager(block_n):
+    """A reduction kernel has two forms: the whole row in one tile (N <= BLOCK_N, each input
+    read once) and a loop per level of reductions. The autotuner picks a tile size; here each
+    form runs with a fixed one (N = 37: one tile at 64, 3 and 5 chunks at 16 and 8)."""
+    for fn, make in [(layer_norm, lambda: [torch.randn(3, 5, 37) * 2 + 1, torch.randn(37), torch.randn(37)]),
+                     (softmax, lambda: [torch.randn(4, 37) * 3]),
+                     (unbiased_var_and_sums, lambda: [torch.randn(6, 37) + 3])]:
+        gm, region, binding, compiled = only_region(fn, *make())
+        inputs = make()
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        got = kernels.launch(compiled, [inputs[placeholders.index(p)] for p in binding.params], [],
+                             config=(2, block_n, 1))
+        by_node = dict(zip(region.outputs, got))
+        check_close(fn, inputs, [by_node[o] for o in graph_outputs(gm)])
+    assert "if N <= BLOCK_N:" in compiled.source and "for start in range(0, N, BLOCK_N):" in compiled.source
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reductions_low_precision_with_fp32_compute(dtype):
+    """As autocast graphs have them: the low-precision input upcast, normalized, cast back."""
+    def norms(x, w, b, low, high):
+        y, mean, rstd = layer_norm(x.to(high), w, b)
+        return y.to(low), softmax(x.to(high)).to(low), rstd
+
+    def fn(x, w, b):
+        return norms(x, w, b, dtype, torch.float32)
+
+    def reference(x, w, b):
+        return norms(x, w, b, torch.float64, torch.float64)
+
+    make = lambda: [torch.randn(4, 3, 50).to(dtype), torch.randn(50), torch.randn(50)]
+    gm = make_fx(fn, tracing_mode="fake")(*make())
+    regions = find_regions(gm)
+    # the layer norm and the softmax read the same upcast: one region
+    assert len(regions) == 1 and regions[0].kind == "reduction"
+    ir, binding = region_ir(regions[0])
+    compiled = kernels.compile_kernel(ir)
+    inputs = make()
+    check_close(fn, inputs, run_kernel(gm, regions[0], binding, compiled, inputs), reference)
+
+
+def test_reduction_of_transposed_input():
+    make = lambda: [torch.randn(41, 6).t()]
+    gm, region, binding, compiled = only_region(softmax, *make())
+    inputs = make()
+    assert inputs[0].stride() == (1, 6)
+    check_close(softmax, inputs, run_kernel(gm, region, binding, compiled, inputs))
+
+
+def test_dynamic_sizes_one_kernel_serves_two_sizes():
+    def fn(x, w):
+        y, mean, rstd = layer_norm(x, w, w)
+        return y * x.shape[-1], rstd
+
+    gm, region, binding, compiled = only_region(fn, torch.randn(3, 5, 41), torch.randn(41), mode="symbolic")
+    assert any(isinstance(s, torch.SymInt) for s in region.full_shape)
+    assert len(binding.scalars) == 1  # x.shape[-1] is an argument, not a constant
+    for shape in [(2, 7, 33), (5, 3, 50)]:
+        inputs = [torch.randn(*shape), torch.randn(shape[-1])]
+        check_close(fn, inputs, run_kernel(gm, region, binding, compiled, inputs))
+    for size in ("41", "33", "50"):
+        assert size not in compiled.source
+    # the same region traced at another size is the same kernel
+    _, _, _, again = only_region(fn, torch.randn(2, 9, 17), torch.randn(17), mode="symbolic")
+    assert again is compiled
+
+
+def test_static_sizes_are_not_constants_either():
+    _, _, _, a = only_region(softmax, torch.randn(3, 41))
+    _, _, _, b = only_region(softmax, torch.randn(6, 23))
+    assert a is b and "41" not in a.source and "23" not in a.source
+
+
+def test_source_reads_well():
+    gm, region, binding, compiled = only_region(layer_norm, torch.randn(3, 5, 41), torch.randn(41), torch.randn(41))
+    src = compiled.source
+    assert src == render(compiled.ir)  # deterministic
+    compile(src, "kernel.py", "exec")  # parses
+    (FileCheck().check("# ops: var_mean").check("def _add(a, b):").check(f"def {compiled.name}(")
+     .check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
+     .check("if N <= BLOCK_N:").check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
+     .check("tl.store(out2_ptr").check("else:")
+     .check("# loop 1 of 3").check("for start in range(0, N, BLOCK_N):").check("acc0_")
+     .check("tl.reduce(acc0_").check(", 1, _add)").check("/ N  # mean").check("tl.store(out0_ptr + out0_row")
+     .check("# loop 2 of 3").check("# loop 3 of 3").check('eviction_policy="evict_first"')
+     .check("tl.store(out2_ptr").run(src))
+    assert src.count("for start in range(0, N, BLOCK_N):") == 3
+    assert src.count("tl.load(in0_ptr") == 4  # once in the one-tile form, once per loop
+    assert 'eviction_policy="evict_last"' in src  # the first loops keep the row cached
+    # only Triton builtins: triton.language's @jit helpers are not interpreted unless the
+    # interpreter was on when triton was imported
+    for helper in ("tl.sum(", "tl.max(", "tl.sigmoid(", "tl.zeros(", "tl.cdiv("):
+        assert helper not in src
+
+
+def test_nan_propagates_like_eager():
+    def fn(x):
+        return x.amax(-1, keepdim=True), torch.relu(x), torch.clamp(x, -0.5, 0.5), torch.maximum(x, x * 0.5)
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(6, 19))
+    regions = find_regions(gm)
+    # the pointwise ops read x as the amax does: one kernel, stores in the amax's loop
+    assert len(regions) == 1 and regions[0].kind == "reduction"
+    x = torch.randn(6, 19)
+    x[1, 3] = float("nan")
+    x[4, 18] = float("nan")
+    want = fn(x)
+    for region in regions:
+        ir, binding = region_ir(region)
+        compiled = kernels.compile_kernel(ir)
+        got = compiled.op(x)
+        got = [got] if isinstance(got, torch.Tensor) else list(got)
+        outputs = graph_outputs(gm)
+        for node, g in zip(region.outputs, got):
+            w = want[outputs.index(node)]
+            assert torch.equal(torch.isnan(g), torch.isnan(w)), node.name
+            assert rel_err(g, w) <= 1e-6
+
+
+def test_integer_and_bool_inputs():
+    def fn(i, b, x):
+        return torch.where(b, i * 0.5, x), i > 2, (i + 3) * 2
+
+    make = lambda: [torch.randint(-5, 6, (4, 21)), torch.rand(4, 21) > 0.5, torch.randn(4, 21)]
+    gm = make_fx(fn, tracing_mode="fake")(*make())
+    regions = find_regions(gm)
+    inputs = make()
+    want = fn(*inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    outputs = graph_outputs(gm)
+    seen = 0
+    for region in regions:
+        ir, binding = region_ir(region)
+        compiled = kernels.compile_kernel(ir)
+        got = compiled.op(*[inputs[placeholders.index(p)] for p in binding.params])
+        got = [got] if isinstance(got, torch.Tensor) else list(got)
+        for node, g in zip(region.outputs, got):
+            w = want[outputs.index(node)]
+            assert g.dtype == w.dtype
+            assert torch.equal(g, w) if not w.is_floating_point() else rel_err(g, w) <= 1e-6
+            seen += 1
+    assert seen == 3
+
+
+def test_empty_and_single_element_rows():
+    for shape in [(0, 7), (5, 1), (1, 1)]:
+        _, region, binding, compiled = only_region(softmax, torch.randn(*shape))
+        x = torch.randn(*shape)
+        got = compiled.op(x)
+        assert got.shape == x.shape
+        if x.numel():
+            assert rel_err(got, softmax(x)) <= 1e-6
+
+
+def test_bf16_rounding_is_bitwise_eagers():
+    """fp32 -> bf16 rounds to nearest even, by bits, so the interpreter (whose own conversion
+    truncates) and the GPU give eager's bits: ties, NaN, inf, huge and subnormal values."""
+    def fn(x):
+        y = x * 3
+        return y.to(torch.bfloat16), (y.to(torch.bfloat16).float() + 1).to(torch.bfloat16)
+
+    x = torch.randn(7, 45) * torch.logspace(-20, 20, 45)
+    x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e38, 2.0 ** -130, -0.0])
+    x[1, :4] = torch.tensor([1.00390625, 1.01171875, -1.00390625, 1.0078125 + 2 ** -8]) / 3
+    gm, region, binding, compiled = only_region(fn, torch.randn(7, 45))
+    got = run_kernel(gm, region, binding, compiled, [x])
+    for g, w in zip(got, fn(x)):
+        assert torch.equal(g.view(torch.int16)[~torch.isnan(w)], w.view(torch.int16)[~torch.isnan(w)])
+        assert torch.equal(torch.isnan(g), torch.isnan(w))
+    assert "def _round_bf16(x):" in compiled.source and "_to_bf16(" in compiled.source

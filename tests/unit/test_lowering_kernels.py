@@ -1,0 +1,145 @@
+"""Region kernels as torch ops: the op's schema and fake implementation, the cache by
+signature, the autotuner's configs, in-place writes, and the check against eager.
+
+Kernels run under Triton's interpreter (the ``triton_interpreter`` fixture)."""
+
+import os
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from dsgraph.lowering import kernels
+from dsgraph.lowering.check import KernelMismatch, check_region, rel_err
+from dsgraph.lowering.kernel_ir import region_ir
+from dsgraph.lowering.regions import find_regions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def triton_interpreter():
+    """Triton's interpreter for this module's kernels (CPU tensors). Set through Triton's
+    knob for the module only, not TRITON_INTERPRET in the environment: pytest imports every
+    module before running any, and an environment variable set at import would make the
+    GPU tests' Inductor kernels interpreted too. Triton reads the knob when a kernel is
+    made, and dsgraph makes its kernels lazily, inside the tests."""
+    import triton
+
+    old = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = True
+    yield
+    triton.knobs.runtime.interpret = old
+
+
+def region_kernel(fn, *example, mode="fake"):
+    gm = make_fx(fn, tracing_mode=mode)(*example)
+    (region,) = find_regions(gm)
+    ir, binding = region_ir(region)
+    return region, binding, kernels.compile_kernel(ir)
+
+
+def norm_and_stats(x, w):
+    var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+    y = (x - mean) * torch.rsqrt(var + 1e-5) * w
+    return y.to(torch.bfloat16), mean
+
+
+def test_op_schema_and_name():
+    region, binding, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
+    op = compiled.op
+    # an interpreted kernel's op carries the suffix (a GPU kernel of the same region does not)
+    assert op is getattr(torch.ops.dsgraph_triton, f"{compiled.name}_interpreted").default
+    assert str(op._schema) == f"dsgraph_triton::{compiled.name}_interpreted(Tensor x0, Tensor x1) -> (Tensor, Tensor)"
+    assert kernels.compiled_for_op(op) is compiled
+    assert kernels.compiled_for_op(torch.ops.aten.add.Tensor) is None
+
+
+def test_fake_implementation_gives_shapes_dtypes_and_strides_without_running():
+    region, binding, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        x = mode.from_tensor(torch.empty(4, 6, 33))
+        w = mode.from_tensor(torch.empty(33))
+        mean, y = compiled.op(x, w)  # outputs in graph order
+    assert (tuple(y.shape), y.dtype, y.stride()) == ((4, 6, 33), torch.bfloat16, (198, 33, 1))
+    assert (tuple(mean.shape), mean.dtype) == ((4, 6, 1), torch.float32)
+
+
+def test_fresh_output_keeps_the_graphs_memory_order():
+    """An output the graph had transposed is allocated transposed (users may view it)."""
+    def fn(xt):
+        return torch.exp(xt) * 2
+
+    xt = torch.randn(23, 6).t()
+    gm = make_fx(fn, tracing_mode="fake")(xt)
+    (region,) = find_regions(gm)
+    assert region.outputs[0].meta["val"].stride() == (1, 6)
+    ir, binding = region_ir(region)
+    compiled = kernels.compile_kernel(ir)
+    x = torch.randn(23, 6).t()
+    out = compiled.op(x)
+    assert out.stride() == (1, 6)
+    assert rel_err(out, fn(x)) <= 1e-6
+
+
+def test_cache_is_by_signature_not_size():
+    _, _, a = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
+    _, _, b = region_kernel(norm_and_stats, torch.randn(7, 2, 45), torch.randn(45))
+    assert a is b
+    # a weight of the full shape instead of a broadcast [N]: the same kernel, other strides
+    _, _, same = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(3, 5, 20))
+    assert same is a
+    # another dtype, a per-row weight (loaded once per row) or another constant: other kernels
+    _, _, c = region_kernel(norm_and_stats, torch.randn(3, 5, 20, dtype=torch.float16), torch.randn(20))
+    _, _, d = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(3, 5, 1))
+    _, _, e = region_kernel(lambda x, w: norm_and_stats(x * 2, w), torch.randn(3, 5, 20), torch.randn(20))
+    assert len({a.name, c.name, d.name, e.name}) == 4
+    assert {a.name, c.name, d.name, e.name} <= set(kernels.cache_info().values())
+
+
+def test_autotune_configs_are_small_under_the_interpreter():
+    _, _, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in compiled.configs] == \
+        [(m, n) for m, n, _ in kernels.INTERPRETER_CONFIGS["reduction"]]
+    x, w = torch.randn(5, 3, 37), torch.randn(37)
+    compiled.op(x, w)
+    # the autotuner picked one of them for this (M, N) and reuses it
+    assert len(compiled.kernel.cache) == 1
+    assert next(iter(compiled.kernel.cache.values())) in compiled.configs
+
+
+def test_in_place_write_runs_once_and_has_one_config():
+    def accumulate(slot, g):
+        slot.copy_(slot + g * 0.5)
+        return torch.tanh(g)
+
+    region, binding, compiled = region_kernel(accumulate, torch.randn(4, 19), torch.randn(4, 19))
+    assert len(compiled.configs) == 1  # no timing runs that would add twice
+    assert "Tensor(a1!) x1" in str(compiled.op._schema)  # the slot, written in place
+    slot, g = torch.randn(4, 19), torch.randn(4, 19)
+    before = slot.clone()
+    args = [slot if n.name == "slot_1" else g for n in binding.params]
+    out = compiled.op(*args)
+    assert rel_err(slot, before + g * 0.5) <= 1e-6
+    assert rel_err(out, torch.tanh(g)) <= 1e-6
+
+
+def test_check_accepts_the_right_kernel_and_rejects_a_wrong_one():
+    region_a, binding_a, compiled_a = region_kernel(lambda x: torch.exp(x) + 1, torch.randn(4, 9))
+    region_b, binding_b, compiled_b = region_kernel(lambda x: torch.sigmoid(x) + 1, torch.randn(4, 9))
+    assert check_region(region_a, binding_a, compiled_a) <= 1e-6
+    with pytest.raises(KernelMismatch, match="differs from eager"):
+        check_region(region_b, binding_b, compiled_a)  # exp where sigmoid is wanted
+
+
+def test_injected_failure_raises_a_compile_error():
+    region, binding, compiled = region_kernel(lambda x: torch.exp(x) * 3, torch.randn(4, 9))
+    with pytest.raises(kernels.KernelCompileError, match="injected compile failure"):
+        kernels.compile_kernel(compiled.ir, fail=True)
+
+
+def test_kernel_source_file_is_written_where_triton_reads_it():
+    _, _, compiled = region_kernel(lambda x: torch.exp(x) - 1, torch.randn(4, 9))
+    path = os.path.join(kernels.kernel_dir(), f"{compiled.name}.py")
+    with open(path) as f:
+        assert f.read() == compiled.source
