@@ -39,6 +39,7 @@ from ..runtime.wrappers import boxed, variant_switch
 from ..units import format_bytes
 from . import registry
 from .manager import run_passes, run_variant_passes, write_final_dumps
+from .partition_edit import pass_inputs_to_backward
 
 log = logging.getLogger("dsgraph")
 
@@ -128,6 +129,9 @@ class CompileSession:
         gm = run_passes(gm, ctx, registry.stage_passes(self.config.pipeline, "joint"), report)
         partition_fn = self.state.partitioner[1] if self.state.partitioner else compat.default_partition
         fw, bw = partition_fn(gm, joint_inputs, **kwargs)
+        if self.state.backward_receives:
+            self.state.backward_input_names = pass_inputs_to_backward(
+                fw, bw, self.state.backward_receives, kwargs["num_fwd_outputs"])
         self.state.saved_names = saved_names(bw)
         if self.captured is not None:
             self.captured.saved_names = list(self.state.saved_names)

@@ -51,6 +51,10 @@ class CompileState:
     partition_kwargs: dict[str, Any] | None = None  # Inductor's keyword arguments to the partitioner
     saved_names: list[str] | None = None  # what the backward receives from the forward
     partitioner: tuple[str, Partitioner] | None = None  # (pass name, partition function)
+    # forward inputs (by position) passes asked the backward to receive, and after the
+    # partition the backward placeholder that carries each
+    backward_receives: set[int] = field(default_factory=set)
+    backward_input_names: dict[int, str] = field(default_factory=dict)
     post_compile_checks: list[tuple[str, PostCompileCheck]] = field(default_factory=list)
 
 
@@ -113,6 +117,14 @@ class PassContext:
         if self.state.partitioner is not None and self.state.partitioner[0] != self.pass_name:
             raise RuntimeError(f"passes '{self.state.partitioner[0]}' and '{self.pass_name}' both set the partitioner")
         self.state.partitioner = (self.pass_name, fn)
+
+    def pass_to_backward(self, indices) -> None:
+        """Joint stage: the backward receives these forward inputs (positions among the
+        graph's inputs), whatever the partition; after partitioning,
+        ``ctx.state.backward_input_names`` names the placeholder carrying each."""
+        if self.stage != "joint":
+            raise RuntimeError(f"pass_to_backward is a joint-stage hook; pass '{self.pass_name}' ran on {self.stage}")
+        self.state.backward_receives.update(int(i) for i in indices)
 
     def add_post_compile_check(self, check: PostCompileCheck) -> None:
         """Run ``check`` on the compiled forward and backward (see ``CompiledStep``)."""

@@ -48,7 +48,7 @@ from dsgraph.runtime.pool import MANAGER, PooledBackward, Slot
 
 SPEC = PassSpec(
     name="grad_pool",
-    stages=("backward",),
+    stages=("joint", "backward"),
     mutates=True,
     handles_mutation=True,
     doc="parameter gradients in one flat buffer per (device, dtype)",
@@ -229,6 +229,12 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     params = ctx.state.graph_params
     if not params:
         raise ValueError("grad_pool needs the parameters behind the graph's inputs (Dynamo did not record them)")
+    if ctx.stage == "joint":
+        # the backward receives the parameters themselves, so that at run time the pool
+        # writes the gradients of the parameters this call was given (Dynamo reuses one
+        # graph for modules of the same structure, e.g. blocks after a graph break)
+        ctx.pass_to_backward(i for i, p in enumerate(params) if p is not None)
+        return PassResult(gm, changed=False, stats={"parameters_passed": sum(p is not None for p in params)})
     plan = plan_pool(gm, params, inductor=ctx.config.options.inductor)
     how = Counter(e.how for e in plan.entries)
     stats = {"pooled": len(plan.entries), "mm_into": how["mm_into"], "addmm_into": how["addmm_into"],
@@ -236,9 +242,16 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
              "pooled_bytes": sum(e.slot.numel * e.slot.key[1].itemsize for e in plan.entries)}
     if not plan.entries:
         return PassResult(gm, changed=False, stats=stats)
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    names = ctx.state.backward_input_names
+    missing = [e.output_index for e in plan.entries if names.get(e.output_index) not in placeholders]
+    if missing:
+        raise RuntimeError(f"the backward does not receive the parameters of outputs {missing} "
+                           "(grad_pool's joint stage did not run?)")
+    positions = [placeholders.index(names[e.output_index]) for e in plan.entries]
     fake_mode = compat.detect_fake_mode(ctx.example_inputs) or compat.fake_mode_of(gm)
     gm, fakes = apply_pool(gm, plan, fake_mode)
     ctx.example_inputs.extend(fakes)
     ctx.register_runtime_wrapper(PooledBackward(MANAGER, [e.slot for e in plan.entries],
-                                                [e.overwrites for e in plan.entries], ctx.config.debug))
+                                                [e.overwrites for e in plan.entries], ctx.config.debug, positions))
     return PassResult(gm, changed=True, stats=stats)

@@ -63,6 +63,14 @@ class Slot:
     numel: int
     shape: tuple[int, ...]
     stride: tuple[int, ...]
+    moved: bool = False  # the parameter changed device, dtype or layout since: a new slot holds it
+
+    def live(self) -> bool:
+        return not self.moved and self.param() is not None
+
+    def fits(self, param: torch.Tensor) -> bool:
+        """Is this still the layout of ``param``'s gradient?"""
+        return (self.key, self.shape, self.stride) == (key_of(param), tuple(param.shape), _grad_strides(param))
 
 
 @dataclass
@@ -74,7 +82,8 @@ class _Pool:
 
 
 class PoolManager:
-    """Process-wide: one pool per (device, dtype); a parameter keeps its slot for life."""
+    """Process-wide: one pool per (device, dtype); a parameter keeps its slot for life, or
+    until it moves to another device or dtype (``module.to(...)``), when it gets a new one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,10 +99,13 @@ class PoolManager:
         with self._lock:
             existing = self._slot_of.get(param)
             if existing is not None:
-                return existing
+                if existing.fits(param):
+                    return existing
+                existing.moved = True  # module.to(dtype/device) changed the parameter in place
+                self._views.pop(param, None)
             key = key_of(param)
             pool = self.pools.get(key)
-            if pool is None or all(s.param() is None for s in pool.slots):
+            if pool is None or not any(s.live() for s in pool.slots):
                 # nothing alive uses this pool any more (an earlier model was freed): start
                 # over rather than keep its slots, so memory does not grow model after model
                 pool = self.pools[key] = _Pool(key)
@@ -126,7 +138,7 @@ class PoolManager:
         if current is not None:
             for s in pool.slots:
                 param = s.param()
-                if param is not None and param in self._views:
+                if s.live() and param in self._views:
                     was_ours = self.owns(param)
                     self._views[param] = self._as_view(fresh, s)
                     if was_ours:
@@ -177,43 +189,70 @@ def _runs(slots: list[Slot]) -> list[tuple[Key, int, int]]:
 class PooledBackward:
     """Runtime wrapper of one compiled backward that accumulates into the pool.
 
-    ``slots``: the slots the graph writes, in the order of its extra inputs (one per slot);
-    ``matmul``: for each, whether the graph writes it with ``mm_into_``.
+    ``slots``: the slots the graph writes, in the order of its extra inputs (one per slot),
+    as assigned to the parameters the graph was compiled for; ``matmul``: for each, whether
+    the graph writes it with ``mm_into_``; ``positions``: for each, where the backward's
+    inputs carry the parameter itself. Dynamo can run one compiled graph for other
+    parameters of the same layout (modules of the same structure after a graph break), so
+    each call writes the slots of the parameters it was given (registered on first sight).
     """
 
-    def __init__(self, manager: PoolManager, slots: list[Slot], matmul: list[bool], debug: bool = False):
+    def __init__(self, manager: PoolManager, slots: list[Slot], matmul: list[bool], debug: bool = False,
+                 positions: list[int] | None = None):
         self.manager = manager
         self.slots = slots
         self.matmul = matmul
         self.debug = debug
+        self.positions = positions
 
     def __call__(self, compiled: Callable[[list], Any]) -> Callable[[list], Any]:
         def run(args: list) -> Any:
-            views, pending = self._prepare()
+            slots = self._slots_of(args)
+            views, pending = self._prepare(slots)
             args.extend(views)
             try:
                 out = compiled(args)
             finally:
                 self.manager._empty.clear()
-            self._finish(pending)
+            self._finish(slots, pending)
             return out
 
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def _prepare(self) -> tuple[list[torch.Tensor], list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]]:
+    def _slots_of(self, args: list) -> list[Slot]:
+        """The slots of the parameters this call's backward received (the compile-time
+        slots when they are the same parameters, the common case)."""
+        if self.positions is None:
+            return self.slots
+        out = []
+        for compiled_for, position in zip(self.slots, self.positions):
+            param = args[position]
+            if compiled_for.param() is param and not compiled_for.moved:
+                out.append(compiled_for)
+                continue
+            slot = self.manager.slot(param)
+            if (slot.key, slot.shape, slot.stride) != (compiled_for.key, compiled_for.shape, compiled_for.stride):
+                raise RuntimeError(
+                    f"dsgraph gradient pool: a compiled backward ran for a parameter of layout {slot.shape} "
+                    f"{slot.stride} {slot.key} where it was compiled for {compiled_for.shape} "
+                    f"{compiled_for.stride} {compiled_for.key}")
+            out.append(slot)
+        return out
+
+    def _prepare(self, slots: list[Slot]) -> tuple[list[torch.Tensor], list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]]:
         """Make each slot hold what the graph should add to; returns the slot views (the
         graph's extra inputs) and the slots whose gradient must be handed over after the
         graph: (slot, param, what .grad held before (a copy when it is the pool's view),
         is .grad the pool's view)."""
         manager = self.manager
-        params = [s.param() for s in self.slots]
+        params = [s.param() for s in slots]
         if any(p is None for p in params):
             raise RuntimeError("a parameter this compiled backward writes into the gradient pool was deleted")
-        views = [manager.view(s, self.debug) for s in self.slots]  # allocates the pool on the first run
+        views = [manager.view(s, self.debug) for s in slots]  # allocates (or grows) the pool
         to_zero, pending = [], []
         with torch.no_grad():
-            for s, p, matmul, view in zip(self.slots, params, self.matmul, views):
+            for s, p, matmul, view in zip(slots, params, self.matmul, views):
                 if manager.owns(p) and not compat.tensor_hooks(p):
                     continue  # the graph accumulates straight into .grad
                 ours = manager.owns(p)
@@ -229,13 +268,13 @@ class PooledBackward:
                 manager.buffer(key)[start:stop].zero_()
         return views, pending
 
-    def _finish(self, pending: list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]) -> None:
+    def _finish(self, slots: list[Slot], pending: list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]) -> None:
         """Hand each step gradient to ``.grad`` as autograd would, in backward production
         order: its hooks, the accumulation, its post-accumulate hooks."""
         manager = self.manager
         waiting = {id(s): (p, earlier, ours) for s, p, earlier, ours in pending}
         with torch.no_grad():
-            for s in self.slots:
+            for s in slots:
                 p = s.param()
                 if id(s) in waiting:
                     p, earlier, ours = waiting[id(s)]
@@ -258,15 +297,15 @@ class PooledBackward:
                         earlier.add_(step)  # a tensor the user put in .grad: it stays there
                 for hook in compat.post_accumulate_hooks(p):
                     hook(p)
-        self._silence_autograd_hooks()
+        self._silence_autograd_hooks(slots)
 
-    def _silence_autograd_hooks(self) -> None:
+    def _silence_autograd_hooks(self, slots: list[Slot]) -> None:
         """The backward returned None for pooled parameters, and autograd still calls their
         hooks, with None (seen on torch 2.13): the hooks ran above with the real gradient,
         so empty their dicts (which autograd reads when it calls them) until this backward
         ends, then put them back."""
         silenced = []
-        for s in self.slots:
+        for s in slots:
             for hooks in compat.hook_dicts(s.param()):
                 silenced.append((hooks, dict(hooks)))
                 hooks.clear()

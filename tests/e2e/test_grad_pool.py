@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import dsgraph
 from dsgraph.testing import check_training_step
@@ -309,3 +310,54 @@ def test_embedding_gradients_through_inductor_accumulate_like_eager_with_no_extr
     torch._dynamo.reset()
     pooled = run(copy.deepcopy(model), {"grad_pool": True, "fallback": "error"}, data, zero=zero)
     compare(pooled, eager, bitwise=False)
+
+
+class _Block(nn.Module):
+    def __init__(self, d=12):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, 2 * d + 3), nn.Linear(2 * d + 3, d)
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.up(self.norm(x))))
+
+
+class _BreakInLoop(nn.Module):
+    """A graph break inside the loop over blocks: Dynamo compiles one block's graph and runs
+    it again for the blocks after it, with their parameters as inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(_Block() for _ in range(4))
+
+    def forward(self, x):
+        for i, b in enumerate(self.blocks):
+            x = b(x)
+            if i == 1:
+                torch._dynamo.graph_break()
+        return x
+
+
+def test_a_graph_reused_for_other_parameters_writes_their_slots():
+    """Found by the hard-graph tests: the pool bound slots to the parameters a graph was
+    compiled for, so the blocks that reused it wrote their gradients into another block's
+    slots (and theirs stayed None). The backward now receives the parameters and each call
+    writes the slots of the ones it was given."""
+    def grads(options):
+        torch.manual_seed(0)
+        model, x = _BreakInLoop(), torch.randn(2, 9, 12)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="dsgraph", options=options)
+        for step in range(2):  # accumulate over two steps with different data
+            torch.manual_seed(step)
+            compiled(x + step).square().mean().backward()
+        return model, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    _, ref = grads({"inductor": False, "pipeline": ""})
+    compiles_before = len([r for r in dsgraph.reports() if r.kind == "backward"])
+    model, got = grads({"inductor": False, "grad_pool": True, "fallback": "error"})
+    backward_compiles = len([r for r in dsgraph.reports() if r.kind == "backward"]) - compiles_before
+    assert backward_compiles < len(model.blocks)  # a graph really served several blocks
+    assert got.keys() == ref.keys()
+    for name in ref:
+        assert torch.equal(got[name], ref[name]), name
+    assert set(dsgraph.grad_pool(model).slots) == {n for n, _ in model.named_parameters()}
