@@ -125,7 +125,7 @@ def _keeps_last(index: Any, ndim: int) -> bool:
         return False  # advanced indexing or new dims: rows would not map one to one
     if Ellipsis in items:
         after = items[items.index(Ellipsis) + 1:]
-        return not after or (len(after) == 1 and after[0] == slice(None))
+        return not after or after[-1] == slice(None)
     if len(items) < ndim:
         return True
     return len(items) == ndim and items[-1] == slice(None)
@@ -439,7 +439,10 @@ def _x_row_op(graph, node: Node, x: Node, vocab: int, dim: int) -> Node:
         if last != -1:
             shape[-1] = dim  # the vocabulary, given explicitly, becomes D
         args = [x, tuple(shape)] if packed else [x, *shape]
-    new = graph.create_node(node.op, node.target, tuple(args), dict(node.kwargs), name=f"{node.name}_rows")
+    # ``view`` becomes ``reshape``: the projection's input need not be contiguous where the
+    # logits were (a .contiguous() between a slice and the view is not copied over)
+    target = "reshape" if node.op == "call_method" and node.target == "view" else node.target
+    new = graph.create_node(node.op, target, tuple(args), dict(node.kwargs), name=f"{node.name}_rows")
     new.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack", "source_fn_stack")})
     _fake_run(new)
     return new
