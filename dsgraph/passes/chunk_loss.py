@@ -348,7 +348,7 @@ def _workspace(site: LossSite, chunk_tokens: int) -> int:
     return lce.workspace_bytes(
         site.tokens_hint, site.dim, site.vocab, x_dtype=site.x_dtype, w_dtype=site.w_dtype, mm_dtype=site.mm_dtype,
         loss_dtype=site.loss_dtype, has_bias=site.bias is not None, chunk_tokens=chunk_tokens, grads=True,
-        triton=lce.use_triton(site.device))
+        triton=lce.use_triton(site.device), fp32_gemm=lce.fp32_out_gemm(site.device.type))
 
 
 def _chunk_part(site: LossSite, chunk_tokens: int) -> int:

@@ -36,6 +36,7 @@ node (``dsgraph.analysis.workspace``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -110,6 +111,30 @@ def chunk_rows(logits: torch.Tensor, targets: torch.Tensor, scale: torch.Tensor,
 
 # -- the chunk loop ---------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def fp32_out_gemm(device_type: str) -> bool:
+    """Can a bf16/fp16 GEMM write (or add) into an fp32 tensor in place here
+    (``torch.mm`` / ``torch.addmm`` with ``out_dtype`` and ``out=``; CUDA)? Then the weight
+    gradient accumulates inside the GEMM, with no per-chunk product to round and add. Checked
+    once on a small problem against the plain path; anything else falls back."""
+    if device_type != "cuda":
+        return False
+    try:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn(64, 48, generator=g, device="cuda").to(torch.bfloat16)
+        b = torch.randn(48, 40, generator=g, device="cuda").to(torch.bfloat16)
+        acc = torch.randn(64, 40, generator=g, device="cuda")
+        want = acc + a.float() @ b.float()
+        out = acc.clone()
+        torch.addmm(out, a, b, out_dtype=torch.float32, out=out)
+        prod = torch.empty(64, 40, device="cuda")
+        torch.mm(a, b, out_dtype=torch.float32, out=prod)
+        return bool(torch.allclose(out, want, rtol=1e-4, atol=1e-4)
+                    and torch.allclose(prod, a.float() @ b.float(), rtol=1e-4, atol=1e-4))
+    except Exception:  # an older torch, or no such kernel for this device
+        return False
+
+
 @dataclass(frozen=True)
 class LossConfig:
     ignore_index: int
@@ -125,6 +150,7 @@ def _run(x, weight, bias, targets, cfg: LossConfig, want_x: bool, want_w: bool, 
     acc = _acc_dtype(cfg.loss_dtype)
     triton = use_triton(x.device)
     want = want_x or want_w or want_b
+    fast = cfg.mm_dtype in (torch.bfloat16, torch.float16) and fp32_out_gemm(x.device.type)
     # the casts autocast makes for F.linear (no copy when the dtype already matches)
     w = weight.to(cfg.mm_dtype)
     b = bias.to(cfg.mm_dtype) if bias is not None else None
@@ -152,11 +178,15 @@ def _run(x, weight, bias, targets, cfg: LossConfig, want_x: bool, want_w: bool, 
         if want_x:
             if gx.dtype == cfg.mm_dtype:
                 torch.mm(grad, w, out=gx[start:stop])
+            elif fast and gx.dtype == torch.float32:
+                torch.mm(grad, w, out_dtype=torch.float32, out=gx[start:stop])
             else:
                 gx[start:stop].copy_(torch.mm(grad, w))
         if want_w:
             if gw.dtype == cfg.mm_dtype:
                 gw.addmm_(grad.t(), xc)
+            elif fast and gw.dtype == torch.float32:
+                torch.addmm(gw, grad.t(), xc, out_dtype=torch.float32, out=gw)  # accumulated in the GEMM
             else:
                 gw.add_(torch.mm(grad.t(), xc))  # per-chunk product in mm_dtype, summed in fp32
         if want_b and bias is not None:
@@ -304,12 +334,13 @@ def _size(dtype: torch.dtype) -> int:
 
 def workspace_bytes(n_tokens: int, dim: int, vocab: int, *, x_dtype: torch.dtype, w_dtype: torch.dtype,
                     mm_dtype: torch.dtype, loss_dtype: torch.dtype, has_bias: bool, chunk_tokens: int,
-                    grads: bool, triton: bool) -> int:
+                    grads: bool, triton: bool, fp32_gemm: bool = False) -> int:
     """Bytes the op allocates for itself at its peak (outputs excluded): the casts of the
     weight and bias, the fp32 weight-gradient accumulator when the weight is not fp32, and
     one chunk's buffers: its rows of ``x`` cast, its logits, the fp32 working copy (torch
     path) or nothing more (Triton: the gradient overwrites the logits), the gradient in
-    ``mm_dtype``, and the per-chunk products that are added into the accumulators."""
+    ``mm_dtype``, and the per-chunk products that are added into the accumulators (none when
+    the GEMMs write fp32 in place: ``fp32_gemm``)."""
     mm, acc = _size(mm_dtype), _size(_acc_dtype(loss_dtype))
     n = min(chunk_tokens, n_tokens)
     fixed = 0
@@ -326,7 +357,7 @@ def workspace_bytes(n_tokens: int, dim: int, vocab: int, *, x_dtype: torch.dtype
         # logits + working copy while upcasting, then working copy + the rounded gradient
         chunk += n * vocab * acc + n * vocab * mm
     chunk += 4 * n * acc  # per-row statistics
-    if grads:
+    if grads and not (fp32_gemm and mm_dtype in (torch.bfloat16, torch.float16)):
         if _acc_dtype(w_dtype) != mm_dtype:
             chunk += vocab * dim * mm  # the chunk's weight-gradient product before it is added
         if x_dtype != mm_dtype:
@@ -347,7 +378,7 @@ def _node_workspace(node) -> int:
     return workspace_bytes(
         n_tokens, dim, size_hint(w.shape[0]), x_dtype=x.dtype, w_dtype=w.dtype, mm_dtype=args[7],
         loss_dtype=args[8], has_bias=b is not None, chunk_tokens=int(args[9]), grads=grads,
-        triton=use_triton(x.device))
+        triton=use_triton(x.device), fp32_gemm=fp32_out_gemm(x.device.type))
 
 
 register_workspace(LOSS_OP, _node_workspace)
