@@ -27,5 +27,8 @@ def register_workspace(op: Any, fn: Callable[[Node], int]) -> None:
 def workspace_bytes(node: Node) -> int:
     if node.op != "call_function":
         return 0
-    fn = _WORKSPACE.get(node.target)
+    try:
+        fn = _WORKSPACE.get(node.target)
+    except TypeError:  # an unhashable callable: not a registered op
+        return 0
     return int(fn(node)) if fn is not None else 0
