@@ -7,6 +7,8 @@ as FX code (inductor=False) except the tests marked e2e (CPU Inductor)."""
 
 import copy
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -175,6 +177,20 @@ def test_bf16_autocast_within_the_bf16_rule(tmp_path):
     (folder,) = [d for d in os.listdir(tmp_path) if d.endswith("_pre_grad")]
     plan = (tmp_path / folder / "chunk_loss.md").read_text()
     assert "matmul in torch.bfloat16, loss in torch.float32" in plan and "tied" in plan
+
+
+def test_dump_shows_the_plan_and_the_forward_repro_runs(tmp_path):
+    model, cfg = tiny_gpt()
+    compiled = torch.compile(model, backend="dsgraph", options={**FX, "chunk_loss": 3, "dump_dir": str(tmp_path)})
+    compiled(*gpt_inputs(cfg, batch=2, seed=14)).backward()
+    pre = tmp_path / "c000_pre_grad"
+    assert sorted(os.listdir(pre)) == ["00_input.py", "01_chunk_loss.py", "chunk_loss.md"]
+    assert "linear_cross_entropy(" in (pre / "01_chunk_loss.py").read_text()
+    assert "chunks: 3 of 13 tokens" in (pre / "chunk_loss.md").read_text()
+    forward = tmp_path / "c000_forward"
+    assert "torch.ops.dsgraph.linear_cross_entropy_grads.default(" in (forward / "repro.py").read_text()
+    done = subprocess.run([sys.executable, "repro.py"], cwd=forward, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_dynamic_sequence_length_one_compile_and_exact_at_each_length():
