@@ -92,6 +92,22 @@ SPEC = PassSpec(
 _CROSS_ENTROPY = {F.cross_entropy}
 _LINEAR = {F.linear}  # Dynamo records nn.Linear and F.linear as this builtin
 _MATMUL = {operator.matmul, torch.matmul, torch.mm}
+_MATMUL_METHODS = {"matmul", "mm", "__matmul__"}
+
+
+def _projection_kind(node: Node) -> str | None:
+    """"linear" (``F.linear`` / ``nn.Linear``), "matmul" (``x @ M``, ``torch.matmul``,
+    ``x.matmul(M)``), or None."""
+    if node.op == "call_function" and node.target in _LINEAR:
+        return "linear"
+    if (node.op == "call_function" and node.target in _MATMUL) or (
+            node.op == "call_method" and node.target in _MATMUL_METHODS):
+        return "matmul"
+    return None
+
+
+def _arg(node: Node, index: int, name: str) -> Any:
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name)
 _CASTS = {"float", "double", "half", "bfloat16", "to", "type"}
 _SAME_ROWS = {"contiguous", "clone"}
 _RESHAPES = {"view", "reshape", "flatten"}
@@ -210,7 +226,7 @@ def _site(gm: GraphModule, ce: Node) -> LossSite | str:
     vocab = logits_in.shape[-1]
     chain: list[tuple[str, str, str]] = []
     cur = inp
-    while not (cur.op == "call_function" and (cur.target in _LINEAR or cur.target in _MATMUL)):
+    while _projection_kind(cur) is None:
         if cur.op != "call_function" and cur.op != "call_method":
             return f"{ce.name}: no cross_entropy after a matmul (its input comes from {cur.op} {cur.name})"
         op = _row_op(cur, vocab)
@@ -227,13 +243,14 @@ def _site(gm: GraphModule, ce: Node) -> LossSite | str:
         if others:
             return (f"{ce.name}: the logits ({a.name}) are also read by {', '.join(others)}: chunking would not "
                     "remove them")
-    if projection.target in _LINEAR:
-        kind = "linear"
-        x, weight = projection.args[0], projection.args[1]
-        bias = projection.args[2] if len(projection.args) > 2 else projection.kwargs.get("bias")
+    kind = _projection_kind(projection)
+    if kind == "linear":
+        x, weight, bias = _arg(projection, 0, "input"), _arg(projection, 1, "weight"), _arg(projection, 2, "bias")
     else:
-        kind = "matmul"
-        x, weight, bias = projection.args[0], projection.args[1], None
+        x, bias = _arg(projection, 0, "input"), None
+        weight = _arg(projection, 1, "other") if _arg(projection, 1, "other") is not None else projection.kwargs.get("mat2")
+    if not isinstance(x, Node) or not isinstance(weight, Node):
+        return f"{ce.name}: the projection {projection.name}'s operands are not tensors of the graph"
     xv, wv, out = value(x), value(weight), value(projection)
     if not isinstance(xv, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2 or xv.dim() < 1:
         return f"{ce.name}: the projection {projection.name} is not (..., D) @ a 2-D weight"

@@ -177,6 +177,28 @@ def test_shift_on_the_logits_and_a_matmul_projection():
     rewritten_matches_original(gm, inputs, plan)
 
 
+class MethodMatmul(nn.Module):
+    """``h.matmul(E.t())`` with E the embedding table (tied, through a transpose)."""
+
+    def __init__(self, vocab=31, dim=7):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+
+    def forward(self, idx, targets):
+        logits = torch.sigmoid(self.tok(idx)).matmul(self.tok.weight.t())
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+
+
+def test_a_method_matmul_with_a_transposed_tied_table():
+    torch.manual_seed(7)
+    model = MethodMatmul().double()
+    gm, inputs = capture(model, *tokens(31, 3, 7, seed=10))
+    plan = cl.plan_chunk_loss(gm, chunks=4)
+    site = plan.sites[0].site
+    assert site.kind == "matmul" and (site.tokens, site.vocab, site.dim) == (21, 31, 7)
+    rewritten_matches_original(gm, inputs, plan)
+
+
 class Returns(nn.Module):
     def __init__(self, how):
         super().__init__()
