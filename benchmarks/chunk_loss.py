@@ -19,15 +19,18 @@ in a fresh process, so an out-of-memory or a compile failure does not touch the 
 
 - ``gpt2``: ``dsgraph.models`` GPT-2-small, 16 x 1024 (``benchmarks.workloads`` "gpt2"),
   through ``benchmarks.measure`` (with the fp32 gradient-parity check on the small model):
-  Inductor; dsgraph without chunking; dsgraph with chunking and no budget; dsgraph with
-  memory budgets, chunked (the default under a budget) and not.
+  Inductor; dsgraph without chunking; dsgraph with chunking and no budget; dsgraph under
+  memory budgets of 2 and 2.5 GiB (chunked: the default under a budget). dsgraph under a
+  budget without chunking is in FACTS.md (2.94 GiB: 37.6 ms / 2.985 GiB); add
+  ``--configs "dsgraph:memory_budget=2.94GiB;chunk_loss=false"`` to measure it again.
 - ``hf``: transformers' GPT2LMHeadModel 12 x 768, 8 x 1024, the loss computed outside the
-  model (``labels=`` breaks Dynamo's graph): workload "hf_gpt2", same configurations.
+  model in transformers' causal-LM form (``labels=`` breaks Dynamo's graph): workload
+  "hf_gpt2"; Inductor, dsgraph without and with chunking, and under a 3 GiB budget.
 - ``capacity``: a 24-layer GPT (d=1024, 16 heads, vocabulary 50304) at 1024 tokens per
   row, under a memory cap (``torch.cuda.set_per_process_memory_fraction``, default 16 GiB):
-  for each backend, batches in increasing order until one does not train (out of memory,
-  or dsgraph's budget is infeasible); the largest that trains and its tokens per second.
-  dsgraph gets ``memory_budget`` = the cap less ``--reserve`` (CUDA workspaces and the
+  for each backend, the batch doubles until one does not train (out of memory, or dsgraph's
+  budget is infeasible), then bisection to ``--resolution``; the largest batch that trains
+  and its tokens per second. dsgraph gets ``memory_budget`` = the cap less ``--reserve`` (CUDA workspaces and the
   allocator's fragmentation are outside the budget).
 """
 
@@ -54,15 +57,12 @@ PART_CONFIGS = {
         "dsgraph:chunk_loss=true",
         "dsgraph:memory_budget=2GiB",
         "dsgraph:memory_budget=2.5GiB",
-        "dsgraph:memory_budget=2.94GiB",
-        "dsgraph:memory_budget=2.94GiB;chunk_loss=false",
     ],
     "hf": [
         "inductor",
         "dsgraph:chunk_loss=false",
         "dsgraph:chunk_loss=true",
         "dsgraph:memory_budget=3GiB",
-        "dsgraph:memory_budget=3GiB;chunk_loss=false",
     ],
 }
 PART_WORKLOAD = {"gpt2": "gpt2", "hf": "hf_gpt2"}
@@ -70,7 +70,8 @@ PART_WORKLOAD = {"gpt2": "gpt2", "hf": "hf_gpt2"}
 TINY_CONFIGS = ["dsgraph:chunk_loss=false;inductor=false", "dsgraph:chunk_loss=2;inductor=false",
                 "dsgraph:memory_budget=1GiB;inductor=false"]
 
-CAPACITY_BATCHES = {"inductor": [8, 12, 16, 20, 24, 28, 32], "dsgraph": [16, 24, 32, 40, 48, 56, 64]}
+# first batch of the doubling search (then bisection): near the expected capacity
+CAPACITY_START = {"inductor": 8, "dsgraph": 16}
 
 
 def environment(argv: list[str]) -> dict[str, Any]:
@@ -177,19 +178,24 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _next_batch(ok: int, bad: int | None, resolution: int, max_batch: int) -> int | None:
+    """Doubling until a batch fails, then bisection between the largest that trains and
+    the smallest that does not, to ``resolution``."""
+    if bad is None:
+        return ok * 2 if ok * 2 <= max_batch else None
+    if bad - ok <= resolution:
+        return None
+    return (ok + bad) // 2
+
+
 def capacity(args: argparse.Namespace, backend: str, record) -> dict[str, Any]:
-    batches = [int(b) for b in args.batches.split(",")] if args.batches else CAPACITY_BATCHES[backend]
-    if args.size != "full":
-        batches = batches[:2]
     cap = int(float(args.cap_gib) * GIB)
     options = {"memory_budget": cap - int(float(args.reserve_gib) * GIB), "fallback": "error"}
     if args.device == "cpu":
         options["inductor"] = False
-    probes = []
-    for batch in batches:
-        if time.perf_counter() > args.deadline:
-            probes.append({"backend": backend, "batch": batch, "skipped": "deadline"})
-            break
+    probes: list[dict[str, Any]] = []
+
+    def try_batch(batch: int) -> bool:
         spec = {"backend": backend, "batch": batch, "device": args.device, "cap_bytes": cap, "size": args.size,
                 "steps": args.steps, "options": options}
         result = _subprocess([sys.executable, "-m", "benchmarks.chunk_loss", "--probe", json.dumps(spec)],
@@ -199,13 +205,30 @@ def capacity(args: argparse.Namespace, backend: str, record) -> dict[str, Any]:
         record(probes)
         print(f"capacity {backend} batch {batch}: " + ("trains" if result.get("trains") else
               f"does not train ({result.get('why') or result.get('error', '')[-200:]})"), flush=True)
-        if not result.get("trains"):
-            break
-    ok = [p for p in probes if p.get("trains")]
-    best = max(ok, key=lambda p: p["batch"]) if ok else None
+        return bool(result.get("trains"))
+
+    if args.batches:  # in the order given, until one does not train
+        for batch in (int(b) for b in args.batches.split(",")):
+            if time.perf_counter() > args.deadline or not try_batch(batch):
+                break
+    else:
+        ok, bad = 0, None
+        batch: int | None = CAPACITY_START[backend] if args.size == "full" else 2
+        while batch is not None and time.perf_counter() < args.deadline:
+            if try_batch(batch):
+                ok = batch
+            else:
+                bad = batch
+                if ok == 0:  # not even the first: halve
+                    batch = batch // 2 if batch > 1 else None
+                    continue
+            batch = _next_batch(ok, bad, args.resolution, args.max_batch if args.size == "full" else 4)
+    ok_probes = [p for p in probes if p.get("trains")]
+    best = max(ok_probes, key=lambda p: p["batch"]) if ok_probes else None
     return {"backend": backend, "cap_bytes": cap, "probes": probes,
             "largest_batch": best["batch"] if best else 0,
-            "tokens_per_s": best["tokens_per_s"] if best else None}
+            "tokens_per_s": best["tokens_per_s"] if best else None,
+            "searched_to": args.resolution if not args.batches else None}
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -245,7 +268,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # one capacity probe (internal)
     p.add_argument("--configs", nargs="+", default=None, help="configs of benchmarks/configs.py (gpt2, hf)")
     p.add_argument("--backends", default="inductor,dsgraph", help="capacity: comma-separated")
-    p.add_argument("--batches", default=None, help="capacity: comma-separated batches tried in order")
+    p.add_argument("--batches", default=None, help="capacity: batches tried in this order until one fails "
+                   "(default: doubling from 8 (Inductor) or 16 (dsgraph), then bisection)")
+    p.add_argument("--resolution", type=int, default=2, help="capacity: bisection stops at this batch gap")
+    p.add_argument("--max-batch", type=int, default=256)
     p.add_argument("--cap-gib", default="16", help="capacity: memory cap in GiB")
     p.add_argument("--reserve-gib", default="1", help="capacity: dsgraph budget = cap - reserve")
     p.add_argument("--size", default="full", choices=["full", "small", "tiny"])

@@ -183,11 +183,12 @@ def test_dump_shows_the_plan_and_the_forward_repro_runs(tmp_path):
     model, cfg = tiny_gpt()
     compiled = torch.compile(model, backend="dsgraph", options={**FX, "chunk_loss": 3, "dump_dir": str(tmp_path)})
     compiled(*gpt_inputs(cfg, batch=2, seed=14)).backward()
-    pre = tmp_path / "c000_pre_grad"
+    (cid,) = [d[:-len("_pre_grad")] for d in os.listdir(tmp_path) if d.endswith("_pre_grad")]
+    pre = tmp_path / f"{cid}_pre_grad"
     assert sorted(os.listdir(pre)) == ["00_input.py", "01_chunk_loss.py", "chunk_loss.md"]
     assert "linear_cross_entropy(" in (pre / "01_chunk_loss.py").read_text()
     assert "chunks: 3 of 13 tokens" in (pre / "chunk_loss.md").read_text()
-    forward = tmp_path / "c000_forward"
+    forward = tmp_path / f"{cid}_forward"
     assert "torch.ops.dsgraph.linear_cross_entropy_grads.default(" in (forward / "repro.py").read_text()
     done = subprocess.run([sys.executable, "repro.py"], cwd=forward, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -307,12 +308,14 @@ def test_predicted_peak_drops_by_about_the_logits(executor):
 
 
 @pytest.mark.e2e
-def test_inductor_with_a_budget_matches_eager_and_counts_the_workspace():
-    """Through CPU Inductor: the chunked op is a fallback kernel; the budget check holds
-    Inductor's own plan (with the op's workspace) against the budget."""
+def test_inductor_with_a_budget_and_the_pool_matches_eager_and_counts_the_workspace():
+    """Through CPU Inductor: the chunked op is a fallback kernel, the pooled backward adds
+    the tied weight's two gradients into its slot; the budget check holds Inductor's own
+    plan (with the op's workspace) against the budget."""
     model, cfg = tiny_gpt(seq=32, vocab=257)
     inputs = gpt_inputs(cfg, batch=4, seed=13)
-    check_training_step(model, inputs, {"fallback": "error", "chunk_loss": 3, "memory_budget": "1TiB"})
+    check_training_step(model, inputs, {"fallback": "error", "chunk_loss": 3, "memory_budget": "1TiB",
+                                        "grad_pool": True})
     record = pre_grad_stats()
     assert record.changed and record.stats["chunks"] == "3"
     joint = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
