@@ -146,7 +146,7 @@ def test_transformers_gpt2_with_its_causal_lm_loss():
 
 
 def rmse(a, b):
-    return float((a.double() - b.double()).square().mean().sqrt())
+    return float((a.detach().double() - b.detach().double()).square().mean().sqrt())
 
 
 def test_bf16_autocast_within_the_bf16_rule(tmp_path):
@@ -312,11 +312,20 @@ def test_inductor_with_a_budget_and_the_pool_matches_eager_and_counts_the_worksp
     """Through CPU Inductor: the chunked op is a fallback kernel, the pooled backward adds
     the tied weight's two gradients into its slot; the budget check holds Inductor's own
     plan (with the op's workspace) against the budget."""
+    from dsgraph.memory import step_timelines
+    from dsgraph.report.capture import capture
+
     model, cfg = tiny_gpt(seq=32, vocab=257)
     inputs = gpt_inputs(cfg, batch=4, seed=13)
-    check_training_step(model, inputs, {"fallback": "error", "chunk_loss": 3, "memory_budget": "1TiB",
-                                        "grad_pool": True})
+    with capture() as captured:
+        check_training_step(model, inputs, {"fallback": "error", "chunk_loss": 3, "memory_budget": "1TiB",
+                                            "grad_pool": True})
     record = pre_grad_stats()
     assert record.changed and record.stats["chunks"] == "3"
     joint = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
     assert joint["checkpoint_inductor_peak"] >= record.stats["workspace_bytes"]
+    (compiled,) = [c for c in captured.compiles if "backward" in c.stages]
+    timelines = step_timelines(compiled, [])
+    for name in ("inductor", "fused", "fx"):  # Inductor's own plan of the compiled graphs, and both predictions
+        (ws,) = [iv for iv in timelines[name].intervals if iv.label.endswith(":workspace")]
+        assert ws.nbytes == record.stats["workspace_bytes"] and ws.start == ws.end, name
