@@ -6,15 +6,17 @@ finds ``F.linear`` (or a matmul) whose output reaches ``F.cross_entropy`` throug
 row-preserving ops only (flatten, view/reshape keeping the vocabulary last, slicing the
 token dimensions such as a causal LM's shift, ``.contiguous()``, dtype casts such as the
 fp32 upcast) and nothing else reads the logits. It replaces that chain by one call of
-``dsgraph.runtime.linear_cross_entropy``, which walks the tokens in chunks, forward and
-backward, so the full logits and their gradient never exist (see that module for the
-arithmetic). Before/after (Dynamo's graph)::
+``dsgraph.runtime.linear_cross_entropy``, which walks the tokens in chunks and computes the
+gradients of the projection's input, weight and bias in the forward, chunk by chunk (the
+backward scales them by the loss's gradient), so the full logits and their gradient never
+exist (see that module for the arithmetic). Before/after (Dynamo's graph; GPT-2-small under
+autocast, no budget: 7 chunks)::
 
-    logits = linear(h, wte, None)                      h_1 = h.flatten(0, 1)
-    flatten = logits.flatten(0, 1)               ->    loss = linear_cross_entropy(h_1, wte, None, t,
-    float_1 = flatten.float()                              ignore_index=-100, reduction='mean',
-    loss = cross_entropy(float_1, t)                       label_smoothing=0.0, mm_dtype=torch.bfloat16,
-                                                           loss_dtype=torch.float32, chunk_tokens=2731)
+    logits = linear(h, wte, None)                 flatten_rows = h.flatten(0, 1)
+    flatten = logits.flatten(0, 1)          ->    loss = linear_cross_entropy(flatten_rows, wte, None, t,
+    float_1 = flatten.float()                         ignore_index=-100, reduction='mean',
+    loss = cross_entropy(float_1, t)                  label_smoothing=0.0, mm_dtype=torch.bfloat16,
+                                                      loss_dtype=torch.float32, chunk_tokens=2341)
 
 Stage "pre_grad" (Dynamo's graph, before AOTAutograd): there the loss is still the call the
 user wrote, with its keyword arguments, and there is no backward yet, so the replacement
