@@ -26,7 +26,7 @@ from torch.fx import GraphModule, Node
 from .. import compat
 from .lifetimes import TensorLifetimes, is_view
 from .ops import op_name
-from .plan import Block, GraphPlan
+from .plan import Block, GraphPlan, workspace_blocks
 from .timeline import Interval, MemoryTimeline, stitch
 
 # ops Inductor lowers as (inlinable) pointwise loops although torch does not tag them so
@@ -156,6 +156,7 @@ def fused_plan(gm: GraphModule, donated=lambda name: False) -> GraphPlan:
         plan.blocks.append(block)
         if stop is not None and not outputs:
             free_at.setdefault(stop, []).append(("block", block, block.nbytes, set(s.members)))
+    plan.blocks += workspace_blocks(nodes, step_of)
     return plan
 
 

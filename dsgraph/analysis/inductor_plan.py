@@ -27,6 +27,7 @@ import sympy
 
 from .. import compat
 from .plan import Block, GraphPlan
+from .workspace import workspace_bytes
 
 _ALLOCATING_LAYOUTS = ("FixedLayout", "FlexibleLayout", "CommBufferLayout")
 
@@ -55,9 +56,14 @@ def inductor_plan(graph: Any) -> GraphPlan:
     graph_inputs = set(graph.graph_inputs)
     plan = GraphPlan("inductor", [])
     by_name: dict[str, Block] = {}
+    counted: set = set()  # FX nodes whose workspace is counted (an op and its outputs share origins)
     with compat.graph_handler(graph):
         for step, snode in enumerate(scheduler.nodes):
             plan.steps.append(snode.get_name())
+            for origin in _origins(snode):
+                if origin not in counted and (w := workspace_bytes(origin)):
+                    counted.add(origin)
+                    plan.blocks.append(Block(f"{origin.name}:workspace", w, step, step))
             for buf in snode.get_outputs():
                 name = buf.get_name()
                 if name in removed or name in renamed:
@@ -82,6 +88,13 @@ def inductor_plan(graph: Any) -> GraphPlan:
         _merge_reuses(graph, plan, by_name)
         _name_outputs(graph, by_name)
     return plan
+
+
+def _origins(snode: Any) -> list:
+    """The FX nodes a scheduled node was lowered from (an extern kernel: its op's node)."""
+    node = getattr(snode, "node", None)
+    origins = getattr(node, "origins", None) if node is not None else None
+    return list(origins) if origins else []
 
 
 def _merge_reuses(graph: Any, plan: GraphPlan, by_name: dict[str, Block]) -> None:

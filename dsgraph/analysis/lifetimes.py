@@ -31,6 +31,7 @@ from .. import compat
 from .base import Analysis
 from .ops import arg_value
 from .sweep import live_per_step
+from .workspace import workspace_bytes
 
 # Ops that return (a view of) their input although their schema has no alias annotation.
 _ALIAS_RE = re.compile(r"Tensor\((\w+)")
@@ -330,7 +331,9 @@ class TensorLifetimes(Analysis):
                 return 0, 0, s.nbytes  # an input nothing reads: it exists when the graph starts
             return s.first, s.last, s.nbytes
 
-        return live_per_step(n, (interval(s) for s in self.storages))
+        # an op's own temporaries (dsgraph.analysis.workspace) are live at its node only
+        transient = [(i, i, w) for i, node in enumerate(self.nodes) if (w := workspace_bytes(node))]
+        return live_per_step(n, [*(interval(s) for s in self.storages), *transient])
 
     # -- queries --------------------------------------------------------------------------
 

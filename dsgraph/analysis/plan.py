@@ -17,6 +17,7 @@ import sympy
 from torch.fx import GraphModule
 
 from .lifetimes import TensorLifetimes
+from .workspace import workspace_bytes
 
 
 @dataclass(eq=False)
@@ -62,7 +63,14 @@ def fx_plan(gm: GraphModule) -> GraphPlan:
         end = None if s.is_output else _last_step(s.last, lifetimes, step_of, n_steps)
         outputs = tuple(m.name for m in s.members if m in output_args)
         plan.blocks.append(Block(s.name, s.nbytes, step_of[s.root], end, s.nbytes_expr, outputs))
+    plan.blocks += workspace_blocks(nodes, step_of)
     return plan
+
+
+def workspace_blocks(nodes, step_of: dict) -> list[Block]:
+    """The temporaries ops allocate for themselves (``dsgraph.analysis.workspace``), each
+    live at its op's step only."""
+    return [Block(f"{n.name}:workspace", w, step_of[n], step_of[n]) for n in nodes if (w := workspace_bytes(n))]
 
 
 def _last_step(last: int, lifetimes: TensorLifetimes, step_of: dict, n_steps: int) -> int:

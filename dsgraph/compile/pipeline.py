@@ -116,6 +116,7 @@ def _check_mutation_order(passes: tuple[PassInvocation, ...], text: str) -> None
 # switches the pass on). Used to build the default pipeline and to find contradictions.
 OPTION_TO_PASS: dict[str, tuple[str, str | None]] = {
     "memory_budget": ("checkpoint", "budget"),
+    "chunk_loss": ("chunk_loss", "chunks"),  # True: on, chunk count planned; an int: that many chunks
     "grad_pool": ("grad_pool", None),
     "data_parallel": ("allreduce", None),
     "bucket_mb": ("allreduce", "bucket_mb"),
@@ -139,6 +140,11 @@ def _serves(pass_name: str, options: Options) -> bool:
 def default_pipeline(options: Options) -> Pipeline:
     """The pipeline implied by the options: only built passes, in canonical order."""
     wanted: dict[str, list[tuple[str, str]]] = {"lifetimes": []}
+    chunk_loss = options.chunk_loss
+    if chunk_loss is True or (chunk_loss == "auto" and options.memory_budget is not None):
+        wanted["chunk_loss"] = []  # the pass reads the budget from the checkpoint entry
+    elif chunk_loss not in (False, "auto"):
+        wanted["chunk_loss"] = [("chunks", str(chunk_loss))]
     if options.memory_budget is not None:
         wanted.setdefault("checkpoint", []).append(("budget", str(options.memory_budget)))
     if options.grad_pool_enabled:
@@ -163,8 +169,8 @@ def _check_consistent(pipeline: Pipeline, options: Options, source: str) -> None
         if key not in OPTION_TO_PASS:
             continue
         value = getattr(options, key)
-        if value in (False, None) or (key == "compress" and value == "none"):
-            continue  # an option switched off never contradicts a pipeline
+        if value in (False, None, "auto") or (key == "compress" and value == "none"):
+            continue  # an option switched off (or left to dsgraph) never contradicts a pipeline
         pass_name, arg = OPTION_TO_PASS[key]
         if pass_name in registry.known_passes() and not _check_built_and_serves(pass_name, options):
             continue  # for this executor the option is not a pass (arena through Inductor)
@@ -175,7 +181,7 @@ def _check_consistent(pipeline: Pipeline, options: Options, source: str) -> None
                 f"({str(pipeline)!r}) does not contain it; add it or drop the option "
                 f"(DSGRAPH_DISABLE={pass_name} removes it explicitly)"
             )
-        if arg is not None and inv.arg(arg) is not None:
+        if arg is not None and inv.arg(arg) is not None and not isinstance(value, bool):
             ours = registry.spec(pass_name).args[arg](inv.arg(arg))
             if ours != value:
                 raise ValueError(
@@ -207,7 +213,8 @@ def _fill_from_options(pipeline: Pipeline, options: Options) -> Pipeline:
     for inv in pipeline:
         args = list(inv.args)
         for key, (pass_name, arg) in OPTION_TO_PASS.items():
-            if pass_name == inv.name and arg and key in options.explicit and inv.arg(arg) is None:
+            switch = isinstance(getattr(options, key), bool)  # True switches the pass on: no argument
+            if pass_name == inv.name and arg and key in options.explicit and inv.arg(arg) is None and not switch:
                 args.append((arg, str(getattr(options, key))))
         out.append(PassInvocation(inv.name, tuple(args)))
     return Pipeline(tuple(out))

@@ -21,12 +21,14 @@ _BUILT = {
     "checkpoint": "dsgraph.passes.checkpoint",
     "lower_triton": "dsgraph.passes.lower_triton",
     "arena": "dsgraph.passes.arena",
+    "chunk_loss": "dsgraph.passes.chunk_loss",
 }
 _NOT_BUILT = {
     "allreduce": "bucketed gradient all-reduce overlapped with the backward",
 }
 # The order in which passes must run when a default pipeline is built from options.
-CANONICAL_ORDER = ("lifetimes", "reorder_for_memory", "checkpoint", "grad_pool", "allreduce", "lower_triton", "arena")
+# chunk_loss (stage pre_grad) comes first: it runs before AOTAutograd, so before checkpoint.
+CANONICAL_ORDER = ("chunk_loss", "lifetimes", "reorder_for_memory", "checkpoint", "grad_pool", "allreduce", "lower_triton", "arena")
 
 
 _EXTRA: dict[str, ModuleType] = {}  # passes registered at run time (plugins, tests)

@@ -1,7 +1,9 @@
-"""One compile of one Dynamo graph: the joint, forward, backward and inference stages.
+"""One compile of one Dynamo graph: the pre_grad, joint, forward, backward and inference stages.
 
-dsgraph goes through Inductor's own ``compile_fx`` with two hooks, so that with an empty
-pipeline exactly the graphs stock Inductor would compile reach ``compile_fx_inner``:
+The "pre_grad" passes (only when the pipeline has one) rewrite Dynamo's graph before
+``compile_fx`` sees it. Then dsgraph goes through Inductor's own ``compile_fx`` with two
+hooks, so that with an empty pipeline exactly the graphs stock Inductor would compile
+reach ``compile_fx_inner``:
 
 - a ``CustomPartitionerFn`` (stage "joint"): runs joint passes after Inductor's
   joint-graph passes, then partitions, with the partitioner a pass set
@@ -235,10 +237,37 @@ class CompileSession:
     def _new_report(self, kind: str) -> GraphReport:
         return GraphReport(self.compile_id, kind, str(self.config.pipeline), self.config.options.inductor)
 
+    # -- stage "pre_grad" ---------------------------------------------------------------
+
+    def pre_grad(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+        """The pre_grad passes on Dynamo's graph, before compile_fx (and AOTAutograd) sees it.
+
+        What only this graph shows: library calls as the user wrote them (``F.linear``,
+        ``F.cross_entropy`` with their keyword arguments) rather than their decompositions,
+        and no backward yet, so a pass can swap a call for an op with its own autograd
+        formula (chunk_loss). Nothing runs, and no report is made, when the pipeline has no
+        pre_grad pass.
+        """
+        passes = registry.stage_passes(self.config.pipeline, "pre_grad")
+        if not passes:
+            return gm
+        start = time.perf_counter()
+        ctx = PassContext(self.config, "pre_grad", f"{self.compile_id}_pre_grad", example_inputs, self.state)
+        report = self._new_report("pre_grad")
+        gm = run_passes(gm, ctx, passes, report)
+        if self.config.dump_dir:  # Dynamo's graph has no "val" metadata: no timeline, no repro
+            dump = dumps.GraphDump(self.config.dump_dir, ctx.graph_name, ctx.stage)
+            for name, text in ctx.dump_files.items():
+                dump.text(name, text)
+        report.compile_seconds = time.perf_counter() - start
+        self.reports.append(report)
+        return gm
+
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         if self.captured is not None:
             self.captured.dynamo_inputs = capture.dynamo_inputs(gm)
         self.state.graph_params = graph_params(gm)
+        gm = self.pre_grad(gm, example_inputs)
         partitioner = make_partitioner(self)
         with compat.dsgraph_compile_config():
             return compat.compile_fx(

@@ -25,6 +25,8 @@ class Options:
     inductor: bool = True
     fallback: str = "inductor"
     memory_budget: int | None = None
+    # "auto": chunked loss when memory_budget is set; True / an int (chunks): always; False: never
+    chunk_loss: Any = "auto"
     grad_pool: bool | None = None  # None: on exactly when data_parallel is set
     arena: bool = False
     data_parallel: Any = False  # bool or a torch.distributed ProcessGroup
@@ -56,6 +58,8 @@ OPTION_HELP = {
     "inductor": "bool: compile the rewritten graphs with Inductor (True) or run them as FX code",
     "fallback": f"one of {FALLBACKS}: what to do when a pass fails",
     "memory_budget": "int bytes or a string with a unit ('6GiB', '800MiB')",
+    "chunk_loss": "'auto' (with memory_budget), True, False, or an int >= 1 (chunks): output projection + "
+                  "cross-entropy over chunks of tokens",
     "grad_pool": "bool: gradients in one flat buffer per (device, dtype)",
     "arena": "bool: intermediates packed into one buffer per graph",
     "data_parallel": "bool or torch.distributed ProcessGroup",
@@ -105,6 +109,12 @@ def _bucket_mb(value: object) -> float:
     return float(value)
 
 
+def _chunk_loss(value: object) -> object:
+    if value == "auto" or isinstance(value, bool) or (isinstance(value, int) and value >= 1):
+        return value
+    raise ValueError(f"dsgraph option 'chunk_loss' must be 'auto', True, False or an int >= 1 (chunks), got {value!r}")
+
+
 def _optional_str(key: str, value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"dsgraph option '{key}' must be a str, got {value!r}")
@@ -116,6 +126,7 @@ _VALIDATORS = {
     "inductor": lambda v: _bool("inductor", v),
     "fallback": lambda v: _choice("fallback", v, FALLBACKS),
     "memory_budget": lambda v: None if v is None else parse_bytes(v, "dsgraph option 'memory_budget'"),
+    "chunk_loss": _chunk_loss,
     "grad_pool": lambda v: _bool("grad_pool", v),
     "arena": lambda v: _bool("arena", v),
     "data_parallel": _data_parallel,

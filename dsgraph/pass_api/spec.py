@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-STAGES = ("joint", "forward", "backward", "inference")
+# "pre_grad": Dynamo's graph before AOTAutograd traces it (Python-level calls such as
+# F.cross_entropy, autocast visible only in dtypes, no backward yet); the others are
+# AOTAutograd's joint graph and the partitioned graphs Inductor compiles
+STAGES = ("pre_grad", "joint", "forward", "backward", "inference")
 EXECUTORS = ("inductor", "fx")  # what runs the graphs: Inductor's code, or the FX graph itself
 
 

@@ -154,7 +154,8 @@ class GraphDump:
             torch.save(constants, os.path.join(self.dir, "constants.pt"))
         code = readable_code(gm, self.stage, ["repro: runs this graph on random inputs of the recorded shapes"])
         code = code.replace("import torch\n", "import os\nimport torch\nimport torch._inductor.inductor_prims  # noqa: F401  (ops Inductor's passes insert)\n"
-                            "import dsgraph.runtime.ops  # noqa: F401  (ops dsgraph's passes insert)\n", 1)
+                            "import dsgraph.runtime.ops  # noqa: F401  (ops dsgraph's passes insert)\n"
+                            "import dsgraph.runtime.linear_cross_entropy  # noqa: F401  (chunk_loss's ops)\n", 1)
         main = _REPRO_MAIN.format(specs=_pformat(specs))
         with open(os.path.join(self.dir, "repro.py"), "w") as f:
             f.write(code + main)

@@ -14,7 +14,8 @@ from dsgraph.errors import BudgetError, find_cause
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 from dsgraph.testing import check_training_step, fp32_exact
 
-FX = {"inductor": False, "fallback": "error"}
+# the planner alone: chunk_loss (on by default with a budget) would change the loss's arithmetic
+FX = {"inductor": False, "fallback": "error", "chunk_loss": False}
 
 
 def tiny_gpt(dropout=0.5):
@@ -82,7 +83,7 @@ def test_infeasible_budget_is_an_error_even_with_fallback(extremes):
     _, smallest = extremes
     model, inputs = tiny_gpt()
     with pytest.raises(BackendCompilerFailed, match="smallest feasible budget"):
-        compile_step(model, inputs, {"inductor": False, "fallback": "inductor", "memory_budget": smallest // 2})
+        compile_step(model, inputs, {"inductor": False, "fallback": "inductor", "chunk_loss": False, "memory_budget": smallest // 2})
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
@@ -123,7 +124,7 @@ def test_dump_shows_saved_tensors_and_recomputed_regions(extremes, tmp_path):
 def test_inductor_under_a_budget_matches_eager(extremes):
     _, smallest = extremes
     model, inputs = tiny_gpt(dropout=0.0)
-    check_training_step(model, inputs, {"fallback": "error", "memory_budget": smallest * 11 // 10})
+    check_training_step(model, inputs, {"fallback": "error", "chunk_loss": False, "memory_budget": smallest * 11 // 10})
     plan = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
     assert plan["checkpoint_recomputed_segments"] > 0
     assert plan["checkpoint_inductor_peak"] <= smallest * 11 // 10  # Inductor's own plan fits
@@ -144,7 +145,7 @@ def test_inductor_plan_over_the_budget_compiles_again_within_it(extremes, monkey
     monkeypatch.setattr(planner, "external_bytes", lambda joint: real(joint) - error)
     model, inputs = tiny_gpt(dropout=0.0)
     budget = (stock + smallest) // 2
-    memory = compile_step(model, inputs, {"fallback": "error", "memory_budget": budget}).memory
+    memory = compile_step(model, inputs, {"fallback": "error", "chunk_loss": False, "memory_budget": budget}).memory
     assert memory["checkpoint_margin"] > 0
     assert memory["checkpoint_inductor_peak"] <= budget
 
@@ -166,7 +167,7 @@ def test_a_margin_that_leaves_no_plan_takes_the_smallest_and_warns(extremes, mon
     # feasible for the planner, which errs low by ``error``, but below what Inductor can do
     budget = smallest - error // 2
     with pytest.warns(DsgraphBudgetWarning, match="smallest plan"):
-        memory = compile_step(model, inputs, {"fallback": "error", "memory_budget": budget}).memory
+        memory = compile_step(model, inputs, {"fallback": "error", "chunk_loss": False, "memory_budget": budget}).memory
     assert 0 < memory["checkpoint_margin"] < error
     assert memory["checkpoint_predicted_peak"] <= budget
     assert memory["checkpoint_inductor_peak"] > budget  # the planner's error, still there

@@ -113,6 +113,9 @@ def test_contradicting_option_and_pipeline(monkeypatch, toy_passes):
 
 def test_memory_budget_option_builds_the_checkpoint_pass_and_contradictions_are_errors():
     opts = dsgraph.validate_options({"memory_budget": "1GiB"})
+    # chunk_loss="auto" (the default) chunks the loss under a budget
+    assert str(resolve(opts, {})) == f"chunk_loss,lifetimes,checkpoint{{budget={1 << 30}}}"
+    opts = dsgraph.validate_options({"memory_budget": "1GiB", "chunk_loss": False})
     assert str(resolve(opts, {})) == f"lifetimes,checkpoint{{budget={1 << 30}}}"
     with pytest.raises(ValueError, match="contradicts"):
         resolve(dsgraph.validate_options({"memory_budget": "1GiB", "pipeline": "checkpoint{budget=2GiB}"}), {})

@@ -1,0 +1,520 @@
+"""chunk_loss: the output projection and its cross-entropy over chunks of tokens.
+
+For a language model the largest tensors of a training step are the logits and their
+gradient (GPT-2-small at 16 x 1024 tokens: 16384 x 50304 values, 1.6 GB in bf16). This pass
+finds ``F.linear`` (or a matmul) whose output reaches ``F.cross_entropy`` through
+row-preserving ops only (flatten, view/reshape keeping the vocabulary last, slicing the
+token dimensions such as a causal LM's shift, ``.contiguous()``, dtype casts such as the
+fp32 upcast) and nothing else reads the logits. It replaces that chain by one call of
+``dsgraph.runtime.linear_cross_entropy``, which walks the tokens in chunks and computes the
+gradients of the projection's input, weight and bias in the forward, chunk by chunk (the
+backward scales them by the loss's gradient), so the full logits and their gradient never
+exist (see that module for the arithmetic). Before/after (Dynamo's graph; GPT-2-small under
+autocast, no budget: 7 chunks)::
+
+    logits = linear(h, wte, None)                 flatten_rows = h.flatten(0, 1)
+    flatten = logits.flatten(0, 1)          ->    loss = linear_cross_entropy(flatten_rows, wte, None, t,
+    float_1 = flatten.float()                         ignore_index=-100, reduction='mean',
+    loss = cross_entropy(float_1, t)                  label_smoothing=0.0, mm_dtype=torch.bfloat16,
+                                                      loss_dtype=torch.float32, chunk_tokens=2341)
+
+Stage "pre_grad" (Dynamo's graph, before AOTAutograd): there the loss is still the call the
+user wrote, with its keyword arguments, and there is no backward yet, so the replacement
+brings its own autograd formula. The joint graph would show the same loss decomposed
+(log_softmax, nll, label smoothing, masks) with its backward interleaved, and the
+partitioner would save every chunk's logits (matmuls are not recomputed) unless the pass
+also owned the partition, which the checkpoint pass does.
+
+Tied embeddings need nothing special: the projection weight is the embedding's graph input,
+and autograd adds the two gradients. Dynamic token counts: chunks have a fixed token count
+(``chunk_tokens``, from the size hint at compile time) and the op loops over
+``ceil(N / chunk_tokens)`` of them at run time, the last one the remainder; nothing is
+specialised.
+
+Chunk count (``plan_chunk_loss``), in this order:
+
+- ``chunk_loss{chunks=N}`` (or the option ``chunk_loss=N``): N chunks;
+- a memory budget (``budget`` argument, else the pipeline's checkpoint budget): the
+  smallest count whose chunk buffers (``workspace`` of one chunk: logits, their working
+  copy or gradient, see ``linear_cross_entropy.workspace_bytes``) fit ``BUDGET_SHARE`` of
+  the budget; the checkpoint planner, which runs after, sees the op and its workspace in
+  its memory model;
+- otherwise the smallest count whose chunk buffers fit ``DEFAULT_CHUNK_BYTES``.
+
+Chunks are balanced (``chunk_tokens = ceil(N / count)``). A graph without the pattern is
+left as it is; the stats and the dump say why (``reason``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.fx import GraphModule, Node
+
+from dsgraph import compat
+from dsgraph.pass_api import PassContext, PassResult, PassSpec
+from dsgraph.runtime import linear_cross_entropy as lce
+from dsgraph.units import format_bytes, parse_bytes
+
+# share of the memory budget one chunk's buffers may take (the rest of the step's peak is
+# the checkpoint planner's: activations, parameters, gradients)
+BUDGET_SHARE = 1 / 16
+# without a budget: chunk buffers of at most this size (on an H200 a GPT-2 chunk of this
+# size is about 2700 tokens: matmuls of that height run at full speed)
+DEFAULT_CHUNK_BYTES = 256 * 2**20
+
+
+def _chunks(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"chunks must be an int >= 1, got {raw!r}")
+    return value
+
+
+def _budget(raw: str) -> int:
+    return parse_bytes(raw, "chunk_loss{budget=...}")
+
+
+SPEC = PassSpec(
+    name="chunk_loss",
+    stages=("pre_grad",),
+    args={"chunks": _chunks, "budget": _budget},
+    doc="output projection + cross-entropy over chunks of tokens (no full logits)",
+)
+
+
+# -- recognising the pattern on Dynamo's graph ----------------------------------------------------
+
+_CROSS_ENTROPY = {F.cross_entropy}
+_LINEAR = {F.linear}  # Dynamo records nn.Linear and F.linear as this builtin
+_MATMUL = {operator.matmul, torch.matmul, torch.mm}
+_MATMUL_METHODS = {"matmul", "mm", "__matmul__"}
+
+
+def _projection_kind(node: Node) -> str | None:
+    """"linear" (``F.linear`` / ``nn.Linear``), "matmul" (``x @ M``, ``torch.matmul``,
+    ``x.matmul(M)``), or None."""
+    if node.op == "call_function" and node.target in _LINEAR:
+        return "linear"
+    if (node.op == "call_function" and node.target in _MATMUL) or (
+            node.op == "call_method" and node.target in _MATMUL_METHODS):
+        return "matmul"
+    return None
+
+
+def _arg(node: Node, index: int, name: str) -> Any:
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name)
+_CASTS = {"float", "double", "half", "bfloat16", "to", "type"}
+_SAME_ROWS = {"contiguous", "clone"}
+_RESHAPES = {"view", "reshape", "flatten"}
+_RESHAPE_FUNCTIONS = {torch.reshape: "reshape", torch.flatten: "flatten"}
+_CE_SIGNATURE = inspect.signature(F.cross_entropy)
+
+
+def value(node: Any) -> Any:
+    """The fake value of a node: Dynamo's ``example_value``, or ``val`` (make_fx graphs)."""
+    if not isinstance(node, Node):
+        return node
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def _method(node: Node) -> str | None:
+    """The name of the tensor method or function a node applies to its first argument."""
+    if node.op == "call_method":
+        return node.target
+    if node.op == "call_function":
+        if node.target in _RESHAPE_FUNCTIONS:
+            return _RESHAPE_FUNCTIONS[node.target]
+        if node.target is operator.getitem:
+            return "getitem"
+    return None
+
+
+def _keeps_last(index: Any, ndim: int) -> bool:
+    """Does ``t[index]`` (t of ``ndim`` dims) leave the last dimension whole and last?"""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if any(isinstance(i, (Node, torch.Tensor, list)) or i is None for i in items):
+        return False  # advanced indexing or new dims: rows would not map one to one
+    if Ellipsis in items:
+        after = items[items.index(Ellipsis) + 1:]
+        return not after or after[-1] == slice(None)
+    if len(items) < ndim:
+        return True
+    return len(items) == ndim and items[-1] == slice(None)
+
+
+def _row_op(node: Node, vocab: int) -> tuple[str, str] | str:
+    """(kind, method) of an op that keeps the logits' rows (one row of V per token), or why not.
+    kinds: "cast" (dtype only), "same" (no change of rows), "rows" (the same op applies to
+    the projection's input with its last dimension D in place of V)."""
+    method = _method(node)
+    out, src = value(node), value(node.args[0]) if node.args else None
+    if method is None or not isinstance(out, torch.Tensor) or not isinstance(src, torch.Tensor):
+        return f"{node.name} ({node.target if node.op != 'call_method' else '.' + node.target}) is not a row-preserving op"
+    if out.shape[-1] != vocab or src.shape[-1] != vocab:
+        return f"{node.name} ({method}) changes the vocabulary dimension"
+    if method in _CASTS:
+        if tuple(out.shape) != tuple(src.shape) or out.device != src.device:
+            return f"{node.name} (.{method}) changes more than the dtype"
+        return ("cast", method)
+    if method in _SAME_ROWS:
+        return ("same", method)
+    if method in _RESHAPES:
+        return ("rows", method)
+    if method == "getitem":
+        if not _keeps_last(node.args[1], src.dim()):
+            return f"{node.name} (indexing) does not keep the vocabulary dimension whole"
+        return ("rows", method)
+    return f"{node.name} (.{method}) is not a row-preserving op"
+
+
+@dataclass
+class LossSite:
+    """One output projection + cross-entropy found in the graph."""
+
+    loss: str  # the cross_entropy node
+    projection: str  # the linear / matmul node
+    kind: str  # "linear" or "matmul"
+    x: str  # the projection's input
+    weight: str
+    bias: str | None
+    targets: str
+    chain: list[tuple[str, str, str]]  # (node, kind, method) from the projection to the loss
+    ignore_index: int
+    reduction: str
+    label_smoothing: float
+    mm_dtype: torch.dtype
+    loss_dtype: torch.dtype
+    tokens: Any  # int or SymInt: rows reaching the loss
+    dim: int
+    vocab: int
+    tied: bool  # the weight is also read elsewhere (an embedding table)
+    device: torch.device
+    x_dtype: torch.dtype
+    w_dtype: torch.dtype
+
+    @property
+    def tokens_hint(self) -> int:
+        return compat.size_hint(self.tokens)
+
+
+def _ce_args(node: Node) -> dict[str, Any]:
+    bound = _CE_SIGNATURE.bind(*node.args, **node.kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _site(gm: GraphModule, ce: Node) -> LossSite | str:
+    args = _ce_args(ce)
+    inp, targets = args["input"], args["target"]
+    for key in ("weight", "size_average", "reduce"):
+        if args[key] is not None:
+            return f"{ce.name}: cross_entropy with {key}= is not chunked"
+    if args["reduction"] not in lce.REDUCTIONS:
+        return f"{ce.name}: cross_entropy with reduction={args['reduction']!r} is not chunked (mean or sum only)"
+    if not isinstance(args["ignore_index"], int) or not isinstance(args["label_smoothing"], (int, float)):
+        return f"{ce.name}: ignore_index and label_smoothing must be constants"
+    logits_in, t = value(inp), value(targets)
+    if not isinstance(inp, Node) or not isinstance(logits_in, torch.Tensor) or logits_in.dim() != 2:
+        return f"{ce.name}: the cross_entropy input is not a 2-D tensor (tokens, vocabulary)"
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype.is_floating_point:
+        return f"{ce.name}: the targets are not class indices (1-D integers)"
+    vocab = logits_in.shape[-1]
+    chain: list[tuple[str, str, str]] = []
+    cur = inp
+    while _projection_kind(cur) is None:
+        if cur.op != "call_function" and cur.op != "call_method":
+            return f"{ce.name}: no cross_entropy after a matmul (its input comes from {cur.op} {cur.name})"
+        op = _row_op(cur, vocab)
+        if isinstance(op, str):
+            return f"{ce.name}: no cross_entropy after a matmul: {op}"
+        chain.append((cur.name, *op))
+        cur = cur.args[0]
+    projection = cur
+    chain.reverse()
+    # every value between the projection and the loss must be read by the next op only
+    path = [projection] + _chain_nodes(gm, chain)
+    for a, b in zip(path, path[1:] + [ce]):
+        others = [u.name for u in a.users if u is not b]
+        if others:
+            return (f"{ce.name}: the logits ({a.name}) are also read by {', '.join(others)}: chunking would not "
+                    "remove them")
+    kind = _projection_kind(projection)
+    if kind == "linear":
+        x, weight, bias = _arg(projection, 0, "input"), _arg(projection, 1, "weight"), _arg(projection, 2, "bias")
+    else:
+        x, bias = _arg(projection, 0, "input"), None
+        weight = _arg(projection, 1, "other") if _arg(projection, 1, "other") is not None else projection.kwargs.get("mat2")
+    if not isinstance(x, Node) or not isinstance(weight, Node):
+        return f"{ce.name}: the projection {projection.name}'s operands are not tensors of the graph"
+    xv, wv, out = value(x), value(weight), value(projection)
+    if not isinstance(xv, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2 or xv.dim() < 1:
+        return f"{ce.name}: the projection {projection.name} is not (..., D) @ a 2-D weight"
+    if kind == "matmul":
+        wv = wv.t()
+    if wv.shape[0] != vocab or xv.shape[-1] != wv.shape[1]:
+        return f"{ce.name}: the projection {projection.name} does not map D to the vocabulary"
+    if bias is not None and not isinstance(bias, Node):
+        return f"{ce.name}: the projection's bias is not a tensor"
+    weight_users = [u for u in weight.users if u is not projection]
+    return LossSite(
+        loss=ce.name, projection=projection.name, kind=kind, x=x.name, weight=weight.name,
+        bias=bias.name if bias is not None else None, targets=targets.name, chain=chain,
+        ignore_index=int(args["ignore_index"]), reduction=args["reduction"],
+        label_smoothing=float(args["label_smoothing"]), mm_dtype=out.dtype, loss_dtype=logits_in.dtype,
+        tokens=logits_in.shape[0], dim=int(compat.size_hint(xv.shape[-1])), vocab=int(compat.size_hint(vocab)),
+        tied=bool(weight_users) and weight.op == "placeholder", device=xv.device, x_dtype=xv.dtype,
+        w_dtype=wv.dtype,
+    )
+
+
+def _chain_nodes(gm: GraphModule, chain) -> list[Node]:
+    by_name = {n.name: n for n in gm.graph.nodes}
+    return [by_name[name] for name, _, _ in chain]
+
+
+def find_loss_sites(gm: GraphModule) -> tuple[list[LossSite], list[str]]:
+    """The chunkable sites, and why each other cross_entropy (or the graph) is not one."""
+    ces = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _CROSS_ENTROPY]
+    if not ces:
+        return [], ["no cross_entropy in the graph"]
+    sites, reasons = [], []
+    for ce in ces:
+        found = _site(gm, ce)
+        (reasons if isinstance(found, str) else sites).append(found)
+    return sites, reasons
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SitePlan:
+    site: LossSite
+    chunk_tokens: int
+    chunks: int  # at the size hint
+    chunks_expr: str  # over the graph's size symbols
+    logits_bytes: int  # the full logits in mm_dtype
+    unchunked_bytes: int  # full-size tensors of the unchunked loss: logits, their upcast, their gradient
+    workspace_bytes: int  # what the chunked op allocates for itself at its peak (outputs excluded)
+    rule: str
+
+    @property
+    def avoided_bytes(self) -> int:
+        return max(self.unchunked_bytes - self.workspace_bytes, 0)
+
+
+@dataclass
+class ChunkLossPlan:
+    sites: list[SitePlan] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # cross_entropy calls left alone, and why
+
+    @property
+    def found(self) -> bool:
+        return bool(self.sites)
+
+    def stats(self) -> dict[str, Any]:
+        if not self.sites:
+            return {"sites": 0, "reason": "; ".join(self.reasons)}
+        out: dict[str, Any] = {
+            "sites": len(self.sites),
+            "chunks": ",".join(str(s.chunks) for s in self.sites),
+            "chunk_tokens": ",".join(str(s.chunk_tokens) for s in self.sites),
+            "logits_bytes": sum(s.logits_bytes for s in self.sites),
+            "workspace_bytes": sum(s.workspace_bytes for s in self.sites),
+            "avoided_bytes": sum(s.avoided_bytes for s in self.sites),
+        }
+        if self.reasons:
+            out["reason"] = "; ".join(self.reasons)
+        return out
+
+    def text(self) -> str:
+        lines = ["# chunk_loss", ""]
+        if not self.sites:
+            lines += ["pattern not found: " + "; ".join(self.reasons), ""]
+            return "\n".join(lines)
+        for s in self.sites:
+            site = s.site
+            chain = " -> ".join([site.projection] + [f"{name} ({method})" for name, _, method in site.chain]
+                                + [site.loss])
+            lines += [
+                f"## {site.loss}", "",
+                f"- pattern: {chain}",
+                f"- projection: {site.kind}({site.x}, {site.weight}{', ' + site.bias if site.bias else ''})"
+                f"{' (tied: the weight is also read elsewhere)' if site.tied else ''}",
+                f"- tokens {site.tokens} (hint {site.tokens_hint}), D {site.dim}, V {site.vocab}; "
+                f"matmul in {site.mm_dtype}, loss in {site.loss_dtype}",
+                f"- cross_entropy: reduction {site.reduction}, ignore_index {site.ignore_index}, "
+                f"label_smoothing {site.label_smoothing}",
+                f"- chunks: {s.chunks} of {s.chunk_tokens} tokens (count {s.chunks_expr}); {s.rule}",
+                f"- full logits {format_bytes(s.logits_bytes)}; unchunked loss tensors (logits, upcast, "
+                f"gradient) {format_bytes(s.unchunked_bytes)}; chunked op workspace "
+                f"{format_bytes(s.workspace_bytes)}; avoided {format_bytes(s.avoided_bytes)}",
+                "",
+            ]
+        if self.reasons:
+            lines += ["left alone: " + "; ".join(self.reasons), ""]
+        return "\n".join(lines)
+
+
+def _workspace(site: LossSite, chunk_tokens: int) -> int:
+    return lce.workspace_bytes(
+        site.tokens_hint, site.dim, site.vocab, x_dtype=site.x_dtype, w_dtype=site.w_dtype, mm_dtype=site.mm_dtype,
+        loss_dtype=site.loss_dtype, has_bias=site.bias is not None, chunk_tokens=chunk_tokens, grads=True,
+        triton=lce.use_triton(site.device), fp32_gemm=lce.fp32_out_gemm(site.device.type))
+
+
+def _chunk_part(site: LossSite, chunk_tokens: int) -> int:
+    """Bytes of one chunk's buffers (the workspace less what does not depend on the chunk)."""
+    return _workspace(site, chunk_tokens) - _workspace(site, 0)
+
+
+def _size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def plan_site(site: LossSite, chunks: int | None = None, budget: int | None = None) -> SitePlan:
+    n = max(site.tokens_hint, 1)
+    if chunks is not None:
+        count, rule = min(chunks, n), f"chunks={chunks} asked for"
+    else:
+        limit = int(budget * BUDGET_SHARE) if budget is not None else DEFAULT_CHUNK_BYTES
+        per_token = max(_chunk_part(site, 1), 1)
+        count = min(max(math.ceil(_chunk_part(site, n) / limit), 1), n)
+        while count < n and _chunk_part(site, math.ceil(n / count)) > limit:
+            count += 1
+        rule = (f"the smallest count whose chunk buffers fit {BUDGET_SHARE:g} of the budget "
+                f"{format_bytes(budget)} ({format_bytes(limit)}; {format_bytes(per_token)} per token)"
+                if budget is not None else
+                f"the smallest count whose chunk buffers fit {format_bytes(limit)} (no budget)")
+    chunk_tokens = math.ceil(n / count)
+    count = math.ceil(n / chunk_tokens)
+    expr = compat.sym_expr(site.tokens)
+    chunks_expr = str(count) if expr.is_Integer else f"ceiling(({expr})/{chunk_tokens})"
+    logits = site.tokens_hint * site.vocab * _size(site.mm_dtype)
+    upcast = site.tokens_hint * site.vocab * _size(site.loss_dtype) if site.loss_dtype != site.mm_dtype else 0
+    return SitePlan(site, chunk_tokens, count, chunks_expr, logits, 2 * logits + upcast,
+                    _workspace(site, chunk_tokens), rule)
+
+
+def plan_chunk_loss(gm: GraphModule, chunks: int | None = None, budget: int | None = None) -> ChunkLossPlan:
+    sites, reasons = find_loss_sites(gm)
+    return ChunkLossPlan([plan_site(s, chunks, budget) for s in sites], reasons)
+
+
+# -- the rewrite ----------------------------------------------------------------------------------
+
+
+def _values(a: Any) -> Any:
+    """``a`` with every node replaced by its fake value (inside tuples, lists, dicts, slices)."""
+    if isinstance(a, Node):
+        return value(a)
+    if isinstance(a, (tuple, list)):
+        return type(a)(_values(x) for x in a)
+    if isinstance(a, dict):
+        return {k: _values(v) for k, v in a.items()}
+    if isinstance(a, slice):
+        return slice(_values(a.start), _values(a.stop), _values(a.step))
+    return a
+
+
+def _fake_run(node: Node) -> None:
+    """Set Dynamo's ``example_value`` on a new node by running it on its inputs' fake values."""
+    args, kwargs = _values(node.args), _values(node.kwargs)
+    # the mode of the values themselves (the compile's tracing context may hold another)
+    fake_mode = next((a.fake_mode for a in [*args, *kwargs.values()] if hasattr(a, "fake_mode")), None)
+    with fake_mode if fake_mode is not None else _null():
+        if node.op == "call_method":
+            out = getattr(args[0], node.target)(*args[1:], **kwargs)
+        else:
+            out = node.target(*args, **kwargs)
+    node.meta["example_value"] = out
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _x_row_op(graph, node: Node, x: Node, vocab: int, dim: int) -> Node:
+    """``node``'s op applied to the projection's input instead of the logits."""
+    args = list(node.args)
+    args[0] = x
+    method = _method(node)
+    if method in ("view", "reshape"):
+        shape_args = args[1:]
+        packed = len(shape_args) == 1 and isinstance(shape_args[0], (tuple, list))
+        shape = list(shape_args[0]) if packed else shape_args
+        last = value(shape[-1]) if isinstance(shape[-1], Node) else shape[-1]
+        if last != -1:
+            shape[-1] = dim  # the vocabulary, given explicitly, becomes D
+        args = [x, tuple(shape)] if packed else [x, *shape]
+    # ``view`` becomes ``reshape``: the projection's input need not be contiguous where the
+    # logits were (a .contiguous() between a slice and the view is not copied over)
+    target = "reshape" if node.op == "call_method" and node.target == "view" else node.target
+    new = graph.create_node(node.op, target, tuple(args), dict(node.kwargs), name=f"{node.name}_rows")
+    new.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack", "source_fn_stack")})
+    _fake_run(new)
+    return new
+
+
+def apply_chunk_loss(gm: GraphModule, plan: ChunkLossPlan) -> GraphModule:
+    graph = gm.graph
+    for sp in plan.sites:
+        site = sp.site
+        by_name = {n.name: n for n in graph.nodes}
+        ce, projection = by_name[site.loss], by_name[site.projection]
+        chain = [by_name[name] for name, _, _ in site.chain]
+        with graph.inserting_before(ce):
+            x = by_name[site.x]
+            for node, (_, kind, _) in zip(chain, site.chain):
+                if kind == "rows":
+                    x = _x_row_op(graph, node, x, site.vocab, site.dim)
+            weight = by_name[site.weight]
+            if site.kind == "matmul":  # x @ M with M (D, V): the weight is M.t()
+                weight = graph.call_method("t", (weight,))
+                _fake_run(weight)
+            bias = by_name[site.bias] if site.bias else None
+            loss = graph.call_function(lce.linear_cross_entropy, (x, weight, bias, by_name[site.targets]), {
+                "ignore_index": site.ignore_index, "reduction": site.reduction,
+                "label_smoothing": site.label_smoothing, "mm_dtype": site.mm_dtype, "loss_dtype": site.loss_dtype,
+                "chunk_tokens": sp.chunk_tokens})
+        loss.meta.update({k: v for k, v in ce.meta.items() if k in ("stack_trace", "nn_module_stack", "source_fn_stack")})
+        loss.meta["example_value"] = value(ce)  # the same scalar loss
+        ce.replace_all_uses_with(loss)
+        for node in [ce, *reversed(chain), projection]:
+            graph.erase_node(node)
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+# -- the pass -------------------------------------------------------------------------------------
+
+
+def _budget_of(ctx: PassContext) -> int | None:
+    """This pass's budget argument, else the checkpoint pass's budget, else the option."""
+    if ctx.args.get("budget") is not None:
+        return ctx.args["budget"]
+    checkpoint = ctx.config.pipeline.get("checkpoint")
+    if checkpoint is not None and checkpoint.arg("budget") is not None:
+        return parse_bytes(checkpoint.arg("budget"), "checkpoint{budget=...}")
+    return ctx.config.options.memory_budget
+
+
+def run(gm: GraphModule, ctx: PassContext) -> PassResult:
+    plan = plan_chunk_loss(gm, chunks=ctx.args.get("chunks"), budget=_budget_of(ctx))
+    ctx.dump_text("chunk_loss.md", plan.text())
+    ctx.report(**{f"chunk_loss_{k}": v for k, v in plan.stats().items()})
+    if not plan.found:
+        return PassResult(gm, changed=False, stats=plan.stats())
+    return PassResult(apply_chunk_loss(gm, plan), changed=True, stats=plan.stats())

@@ -1,0 +1,88 @@
+"""chunk_loss on a CUDA GPU (the Triton row kernel, the fp32-output GEMMs): parity with eager
+through Inductor, the bf16 rule under autocast, and the op's measured memory against the
+workspace the analyses count (skipped without CUDA)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dsgraph
+from dsgraph.models import GPT, GPTConfig, gpt_inputs
+from dsgraph.runtime import linear_cross_entropy as lce
+from dsgraph.testing import check_training_step
+
+pytestmark = pytest.mark.gpu
+
+CFG = GPTConfig(vocab=5003, seq=96, layers=2, heads=4, dim=128)
+
+
+def test_the_gpu_paths_are_taken():
+    assert lce.use_triton(torch.device("cuda"))
+    assert lce.fp32_out_gemm("cuda")  # torch 2.11+: out_dtype GEMMs; the fallback is tested on CPU
+
+
+def test_chunked_gpt_matches_eager_fp32_through_inductor():
+    torch.manual_seed(0)
+    model, inputs = GPT(CFG).cuda(), gpt_inputs(CFG, 3, "cuda", seed=1)
+    check_training_step(model, inputs, {"fallback": "error", "chunk_loss": 5})
+    record = [p for r in dsgraph.reports() if r.kind == "pre_grad" for p in r.passes][-1]
+    assert record.changed and record.stats["chunks"] == "5"
+
+
+def rmse(a, b):
+    return float((a.double() - b.double()).square().mean().sqrt())
+
+
+def test_bf16_autocast_within_the_bf16_rule_on_cuda():
+    torch.manual_seed(1)
+    model = GPT(CFG).cuda()
+    idx, targets = gpt_inputs(CFG, 4, "cuda", seed=2)
+
+    def step(fn, m, autocast):
+        for p in m.parameters():
+            p.grad = None
+        with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+            loss = fn(idx, targets)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}
+
+    m64 = copy.deepcopy(model).double()
+    exact = step(m64, m64, False)
+    eager = step(model, model, True)
+    mc = copy.deepcopy(model)
+    got = step(torch.compile(mc, backend="dsgraph", options={"fallback": "error", "chunk_loss": 4}), mc, True)
+    assert rmse(got[0], exact[0]) <= 2 * rmse(eager[0], exact[0]) + 1e-3
+    for name in exact[1]:
+        assert rmse(got[1][name], exact[1][name]) <= 2 * rmse(eager[1][name], exact[1][name]) + 1e-3, name
+
+
+@pytest.mark.parametrize("mm_dtype", [torch.bfloat16, torch.float32])
+def test_measured_memory_of_the_op_is_the_counted_workspace(mm_dtype):
+    """What the op allocates beyond its inputs and outputs, measured by the allocator, is at
+    most what ``workspace_bytes`` (and so every memory analysis) counts, plus 1 MiB for the
+    allocator's rounding and small temporaries, and at least 90% of it (the count is not
+    padded)."""
+    n, d, v, chunk = 4096, 512, 32003, 1000
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(n, d, device="cuda", generator=g)
+    w = torch.randn(v, d, device="cuda", generator=g) * 0.05
+    b = torch.randn(v, device="cuda", generator=g)
+    t = torch.randint(0, v, (n,), device="cuda", generator=g)
+    args = (x, w, b, t, -100, "mean", 0.1, mm_dtype, torch.float32, chunk, True, True, True)
+    outs = lce.GRADS_OP(*args)  # warm-up: Triton compile, cuBLAS workspace
+    del outs
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    outs = lce.GRADS_OP(*args)
+    torch.cuda.synchronize()
+    measured = torch.cuda.max_memory_allocated() - before - sum(o.untyped_storage().nbytes() for o in outs)
+    counted = lce.workspace_bytes(n, d, v, x_dtype=x.dtype, w_dtype=w.dtype, mm_dtype=mm_dtype,
+                                  loss_dtype=torch.float32, has_bias=True, chunk_tokens=chunk, grads=True,
+                                  triton=True, fp32_gemm=lce.fp32_out_gemm("cuda"))
+    assert 0.9 * counted <= measured <= counted + 2**20, (measured, counted)
+    with torch.autocast("cuda", torch.bfloat16, enabled=mm_dtype == torch.bfloat16):
+        ref = F.cross_entropy(F.linear(x, w, b).float(), t, label_smoothing=0.1)
+    assert abs(float(outs[0] - ref)) <= 1e-2 * float(ref)
