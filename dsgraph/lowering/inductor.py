@@ -9,7 +9,7 @@ kernel only while AOTAutograd functionalizes, which is over when dsgraph's passe
 which records ``wrap_triton``'s ``triton_kernel_wrapper_mutation`` node, and splices the
 traced nodes in place of the op::
 
-    dsg = dsgraph_triton.dsg_pw_1a2b(x, w)            empty = empty_permuted([s0, 768], [0, 1], ...)
+    dsg = dsgraph_triton.dsg_pw_1a2b(x, w)            empty = empty_strided([s0, 768], [768, 1], ...)
     y = getitem(dsg, 0)                        ->     triton_kernel_wrapper_mutation(kernel_idx=3,
                                                           grid=[...], kwargs={in0_ptr: x, ..., out0_ptr: empty, ...})
                                                       (users of y read empty)

@@ -174,6 +174,19 @@ def full_shape(ir: KernelIR, tensors: list[torch.Tensor]) -> tuple:
     return tuple(torch.broadcast_shapes(*[tensors[i].shape for i in read])) if read else ()
 
 
+def _strides_of_layout(shape, order) -> list:
+    """Dense strides of ``shape`` with dims laid out outermost to innermost as ``order`` says
+    (``empty_permuted``'s layout). Written as ``empty_strided``: in a graph handed to
+    Inductor, ``empty_permuted`` is an op with both a fallback and a decomposition, which
+    Inductor refuses (seen on the H200, torch 2.11)."""
+    strides = [0] * len(shape)
+    step = 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step = step * shape[dim]
+    return strides
+
+
 def allocate_outputs(ir: KernelIR, tensors: list[torch.Tensor]) -> tuple[tuple, list[torch.Tensor]]:
     """F, then every store's tensor: fresh outputs (dense in the order the graph had them)
     or the tensor written in place."""
@@ -185,7 +198,7 @@ def allocate_outputs(ir: KernelIR, tensors: list[torch.Tensor]) -> tuple[tuple, 
             outs.append(tensors[s.param])
         elif s.space == "full":
             order = list(s.order) if len(s.order) == len(full) else list(range(len(full)))
-            outs.append(torch.empty_permuted(full, order, dtype=s.dtype, device=device))
+            outs.append(torch.empty_strided(full, _strides_of_layout(full, order), dtype=s.dtype, device=device))
         elif s.space == "row":
             outs.append(torch.empty(full[:-1] + (1,), dtype=s.dtype, device=device))
         else:

@@ -384,7 +384,9 @@ def plan_site(site: LossSite, chunks: int | None = None, budget: int | None = No
     if chunks is not None:
         count, rule = min(chunks, n), f"chunks={chunks} asked for"
     else:
-        limit = int(budget * BUDGET_SHARE) if budget is not None else DEFAULT_CHUNK_BYTES
+        # at least one byte: a tiny budget (the 1-byte probe for the smallest feasible budget)
+        # gives one token per chunk, and the checkpoint planner then says what is feasible
+        limit = max(1, int(budget * BUDGET_SHARE)) if budget is not None else DEFAULT_CHUNK_BYTES
         per_token = max(_chunk_part(site, 1), 1)
         count = min(max(math.ceil(_chunk_part(site, n) / limit), 1), n)
         while count < n and _chunk_part(site, math.ceil(n / count)) > limit:

@@ -260,6 +260,16 @@ def test_budget_rule_takes_the_smallest_count_whose_chunk_buffers_fit_the_share(
     assert cl.plan_site(site).chunks == 1 and "no budget" in cl.plan_site(site).rule
 
 
+
+def test_a_budget_below_one_token_gives_one_token_per_chunk():
+    """The 1-byte budget the smallest-feasible-budget probe uses (it divided by zero on the
+    H200's GPU test): one token per chunk, and the checkpoint planner says what is feasible."""
+    gm, _ = capture(TiedLM(vocab=211, dim=16), *tokens(211, 4, 50, seed=8))
+    site = cl.find_loss_sites(gm)[0][0]
+    for budget in (1, 15, cl._chunk_part(site, 1) * 8):
+        sp = cl.plan_site(site, budget=budget)
+        assert sp.chunk_tokens == 1 and sp.chunks == site.tokens_hint
+
 def test_plan_reports_bytes_and_prints():
     torch.manual_seed(5)
     gm, _ = capture(TiedLM(vocab=101, dim=8), *tokens(101, 3, 20, seed=8))
