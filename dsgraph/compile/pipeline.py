@@ -139,6 +139,9 @@ def _serves(pass_name: str, options: Options) -> bool:
 def default_pipeline(options: Options) -> Pipeline:
     """The pipeline implied by the options: only built passes, in canonical order."""
     wanted: dict[str, list[tuple[str, str]]] = {"lifetimes": []}
+    if not options.data_parallel and (options.bucket_mb is not None or options.compress != "none"):
+        raise ValueError("dsgraph options 'bucket_mb' and 'compress' configure the data-parallel all-reduce: "
+                         "set 'data_parallel' too (or name the 'allreduce' pass in the pipeline)")
     if options.memory_budget is not None:
         wanted.setdefault("checkpoint", []).append(("budget", str(options.memory_budget)))
     if options.grad_pool_enabled:

@@ -20,9 +20,9 @@ _BUILT = {
     "grad_pool": "dsgraph.passes.grad_pool",
     "checkpoint": "dsgraph.passes.checkpoint",
     "arena": "dsgraph.passes.arena",
+    "allreduce": "dsgraph.passes.allreduce",
 }
 _NOT_BUILT = {
-    "allreduce": "bucketed gradient all-reduce overlapped with the backward",
     "lower_triton": "lowers fused regions to Triton kernels",
 }
 # The order in which passes must run when a default pipeline is built from options.

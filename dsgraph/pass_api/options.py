@@ -69,9 +69,6 @@ OPTION_HELP = {
 # Options whose feature is registered in the design but not built yet. When a feature
 # lands, its entry leaves this table (and the default pipeline picks it up).
 NOT_BUILT = {
-    "data_parallel": "bucketed all-reduce (the 'allreduce' pass)",
-    "bucket_mb": "bucketed all-reduce (the 'allreduce' pass)",
-    "compress": "gradient compression in the 'allreduce' pass",
     "lower_triton": "Triton lowering (the 'lower_triton' pass)",
 }
 

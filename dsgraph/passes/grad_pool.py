@@ -44,11 +44,11 @@ from torch.fx import GraphModule, Node
 from dsgraph import compat
 from dsgraph.pass_api import PassContext, PassResult, PassSpec
 from dsgraph.runtime.ops import ADDMM_INTO, MM_INTO
-from dsgraph.runtime.pool import MANAGER, PooledBackward, Slot
+from dsgraph.runtime.pool import MANAGER, PooledBackward, SameParameters, Slot
 
 SPEC = PassSpec(
     name="grad_pool",
-    stages=("backward",),
+    stages=("forward", "backward"),  # forward: only the check that the call brings the same parameters
     mutates=True,
     handles_mutation=True,
     doc="parameter gradients in one flat buffer per (device, dtype)",
@@ -227,6 +227,11 @@ def apply_pool(gm: GraphModule, plan: PoolPlan, fake_mode) -> tuple[GraphModule,
 
 def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     params = ctx.state.graph_params
+    if ctx.stage == "forward":
+        # the backward binds slots to these parameters: another model may not reuse the graphs
+        if any(p is not None for p in params):
+            ctx.register_runtime_wrapper(SameParameters(params))
+        return PassResult(gm, changed=False)
     if not params:
         raise ValueError("grad_pool needs the parameters behind the graph's inputs (Dynamo did not record them)")
     plan = plan_pool(gm, params, inductor=ctx.config.options.inductor)

@@ -280,6 +280,33 @@ class PooledBackward:
         compat.at_backward_end(restore)
 
 
+class SameParameters:
+    """Runtime wrapper of the forward whose backward writes into the pool: the call must pass
+    the parameters the graphs were compiled for.
+
+    Dynamo lifts parameters to graph inputs and does not guard on their identity, so it
+    reuses a model's compiled code for another instance of the same module class. The
+    pooled backward would then write that model's gradients into the first model's slots and
+    leave its ``.grad`` alone: refused here instead (seen on torch 2.13)."""
+
+    def __init__(self, params: list):
+        self.expected = [(i, weakref.ref(p)) for i, p in enumerate(params) if p is not None]
+
+    def __call__(self, compiled: Callable[[list], Any]) -> Callable[[list], Any]:
+        def run(args: list) -> Any:
+            for i, ref in self.expected:
+                if args[i] is not ref():
+                    raise RuntimeError(
+                        "dsgraph gradient pool: this compiled graph was made for another model's parameters "
+                        "(torch.compile reuses compiled code across instances of one module class) and would "
+                        "write this model's gradients into that model's pool; call torch._dynamo.reset() "
+                        "before compiling this model")
+            return compiled(args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+
 @dataclass
 class GradPool:
     """``dsgraph.grad_pool(model)``: the model's pooled gradients.
