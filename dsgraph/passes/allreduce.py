@@ -8,46 +8,61 @@ at the end of the backward, so the all-reduce of early gradients overlaps the co
 of later ones. Before/after (two buckets; ``control_deps`` is Inductor's ordering op)::
 
     mm_into_(dsgraph_grad_0, t_3, x)         mm_into_(dsgraph_grad_0, t_3, x)
-    copy_(dsgraph_grad_1, add_1)             copy_(dsgraph_grad_1, add_1)
-                                       ->    issued_0 = control_deps((dsgraph_grad_0, dsgraph_grad_1),
-                                                   subgraph_0, dsgraph_bucket_0)   # mul_(1/world), all_reduce_
+                                             mul_(dsgraph_grad_0, 0.5)                 # 1/world size
+    copy_(dsgraph_grad_1, add_1)       ->    copy_(dsgraph_grad_1, add_1)
+                                             mul_(dsgraph_grad_1, 0.5)
+                                             issued_0 = control_deps((dsgraph_grad_0, dsgraph_grad_1),
+                                                                     issue_0, dsgraph_bucket_0)  # all_reduce_
     mm_into_(dsgraph_grad_2, t_1, h)         mm_into_(dsgraph_grad_2, t_1, h)
-                                             issued_1 = control_deps((dsgraph_grad_2,), subgraph_1, dsgraph_bucket_1)
+                                             mul_(dsgraph_grad_2, 0.5)
+                                             issued_1 = control_deps((dsgraph_grad_2,), issue_1, dsgraph_bucket_1)
                                              wait_tensor(issued_0); wait_tensor(issued_1)
     return (None, None, None)                return (None, None, None)
 
-Why this is exact although the slots and the bucket are separate graph inputs (which
-Inductor treats as distinct buffers; one input per slot is on purpose, see grad_pool):
+Why this is exact although the slots and the bucket are separate graph inputs (one input
+per slot is on purpose, see grad_pool) that Inductor treats as distinct buffers:
 
-- writes before the collective: the scale and the ``all_reduce_`` of bucket k sit in a
-  ``control_deps`` whose dependencies are the bucket's slot inputs. Inductor gives every
-  kernel lowered from the subgraph a weak dependency on the latest writer of each slot
-  (dependencies on an input are renamed through its in-place writes), and refuses to fuse
-  across such a dependency, so the collective reads the bucket after all its slots are
-  written. FX execution runs nodes in graph order, which is the same order;
-- nothing touches a slot after the collective: each slot is written once per backward, by
-  the node the plan issues after, and read by nothing else (the plan checks it: a later
-  reader would get a wait before it). The waits run before the graph returns, and the
-  runtime reads ``.grad`` only after;
+- all writes of a bucket's slots, then its collective: the ``all_reduce_`` sits in a
+  ``control_deps`` whose dependencies are the bucket's slot inputs. Inductor gives the
+  kernels lowered from its subgraph a weak dependency on the latest writer of each slot
+  (dependencies on an input are renamed through its in-place writes: here the scales, the
+  last writes). The subgraph holds only the collective, an extern kernel Inductor never
+  fuses, so nothing can run it early. (A pointwise kernel in the subgraph would not be
+  safe: Inductor 2.13 fuses it with a slot's writer, reading the weak dependency as a
+  read-then-mutate of one buffer.) FX execution runs nodes in graph order, the same order;
+- the collective, then the wait, then readers: Inductor models ``all_reduce_`` and
+  ``wait_tensor`` as two mutations of the bucket. Nothing in the graph touches a slot after
+  its bucket is issued: each slot is written once per backward and read by nothing else
+  (the plan puts the wait before any later node that uses a slot of the bucket; in
+  gradient graphs there is none, so it goes before the output). The runtime reads ``.grad``
+  after the graph returns;
 - Inductor's own reordering: its communication passes are off for data-parallel compiles
   and ``compat.pin_collectives`` runs last in its scheduler, placing each collective (with
-  the kernel that scales or casts what it sends) right after its last dependency and every
-  wait at the end. ``tests/dist`` checks the generated code's order with FileCheck.
+  the kernels that produce what it sends) right after its last dependency and every wait
+  at the end. ``tests/dist`` checks the generated code's order with FileCheck.
 
 Averaging follows DDP's arithmetic: each rank multiplies its (accumulated) gradient by
 ``1/world_size`` in the gradient's dtype, then the ranks sum. For two ranks the sum of two
 numbers does not depend on the order, so the result is bitwise DDP's; with more ranks the
 summation order is the collective library's, which depends on where an element sits in the
-buffer (ring chunks), and DDP's buckets differ from these: equal up to float reassociation.
-With ``compress="bf16"`` the scaled bucket is cast to bf16, summed in bf16, and cast back into
-the fp32 pool: the bf16 copies are in flight (allocated) from the issue to the end of the
-backward, ``BucketPlan.inflight_bytes``, which the checkpoint planner counts.
+buffer (ring chunks), and DDP's buckets differ from these: equal up to float reassociation
+(one rounding per rank added, as in any reordering of the sum). The scale is one kernel pass
+over the gradients that Inductor fuses into the kernel writing a slot, except for matmul
+slots (``mm_into_``), which get a pointwise kernel each.
+
+``compress="bf16"``: the wire buffer of a bucket is built from its slots,
+``cat(bf16(slot * 1/world) in memory order, zeros for alignment padding)``, which Inductor
+computes straight into one buffer (no copy beyond the cast); it is all-reduced (a sum in
+bf16) and, after the wait, copied into the bucket (back to fp32). The wire buffers are in
+flight from their issue to the end of the backward: ``BucketPlan.inflight_bytes``, which
+the checkpoint planner counts (``inflight_bytes``, an upper bound made before the backward
+exists). Uncompressed buckets are reduced in place and add no bytes.
 
 The variant without collectives (``no_sync``, and steps where hooks must see local
-gradients) is the same graph before the collectives were added; ``DataParallelBackward``
-(``dsgraph.runtime.replicate``) picks one per call. Every rank builds the plan from its graph
-and the options only (never timings or memory readings), and the plan is compared across
-ranks when the graph is compiled.
+gradients) is the graph before the scales and collectives were added;
+``DataParallelBackward`` (``dsgraph.runtime.replicate``) picks one per call. Every rank
+builds the plan from its graph and the options only (never timings or memory readings),
+and the plan is compared across ranks when the graph is compiled.
 """
 
 from __future__ import annotations

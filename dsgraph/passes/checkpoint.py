@@ -129,4 +129,5 @@ def run(gm, ctx: PassContext) -> PassResult:
         # the planner predicts Inductor's plans; with FX execution it is the FX plan that
         # runs, which the planner does not predict yet (issue 12), so nothing is checked
         ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool))
-    return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions), stats=plan.stats())
+    return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions),
+                      stats={**plan.stats(), "pool_bytes": pool, "inflight_bytes": inflight})

@@ -51,6 +51,10 @@ def test_bf16_compression():
     assert_checks("parity", 240, ("bf16",))
 
 
+def test_memory_budget_counts_buckets_in_flight():
+    assert_checks("parity", 240, ("budget",))
+
+
 def test_hooks_see_local_gradients_like_ddp():
     """Hooks on one rank only (that rank reduces after the backward, the other inside it), a
     post-accumulate hook, a .grad put there by the user."""
@@ -73,4 +77,5 @@ def test_inductor_keeps_the_planned_order():
     """CPU Inductor: FileCheck of the order (issue after the last write of a bucket, compute,
     next issue, waits at the end), buckets used only by the collectives, and the gradients
     against DDP within the fp32 rule."""
-    assert_checks("inductor", 300, ("four buckets", "order of", "buckets are used", "no concatenation", "inductor grads"))
+    assert_checks("inductor", 300, ("four buckets", "order of", "buckets are used", "no concatenation", "inductor grads",
+                                         "budget check ran"))

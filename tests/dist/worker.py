@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: models.p
 
 import dsgraph  # noqa: E402
 from models import MLP  # noqa: E402
+from dsgraph.runtime.pool import ALIGN  # noqa: E402
 
 FX = {"inductor": False}
 BUCKET_MB = 0.0008  # ~840 B: the MLP's 6 gradients fall into 3 buckets
@@ -218,6 +219,21 @@ def scenario_parity() -> None:
     diff = max(((g_ours[0][n] - ref_eager_g[0][n]).abs().max().item() for n in ref_eager_g[0]))
     check("bf16 really compresses (differs from fp32)", diff > 0, f"max diff {diff:.3g}")
 
+    # with a memory budget: the checkpoint planner counts the compressed buckets in flight
+    # (an upper bound: the bf16 bytes of the fp32 gradients plus a slot's alignment padding
+    # each), and nothing changes in the arithmetic
+    ours = copy.deepcopy(model)
+    dsgraph.replicate(ours)
+    dsgraph.clear_reports()
+    g_budget, p_budget = train(dsgraph_dp(ours, compress="bf16", memory_budget="1GiB"), ours, steps=3)
+    stats = {p.name: p.stats for r in dsgraph.reports() for p in r.passes}
+    sent = stats["allreduce"]["inflight_bytes"]
+    counted = stats["checkpoint"]["inflight_bytes"]
+    bound = sum((p.numel() + ALIGN) * 2 for p in model.parameters())
+    check("budget: the planner counts the buckets in flight", sent <= counted == bound,
+          f"planned in flight {sent}, counted {counted}, bound {bound}")
+    compare_steps("budget bf16 vs bf16", g_budget, g_ours, bitwise=True)
+
     # hooks see local gradients (as with DDP): a clamping hook on one rank only, a
     # post-accumulate hook, and a .grad the user put there on some steps
     seen_ours, seen_ref = [], []
@@ -299,7 +315,9 @@ def scenario_inductor() -> None:
     ref, m_ref = ddp_eager(model)
     # production order: w3 b3 w2 b2 w1 b1 (slots 0..5); a cap of 209 B makes the buckets
     # [w3] [b3 w2] [b2 w1] [b1] (a bucket closes once it holds at least the cap)
-    fn = torch.compile(model, backend="dsgraph", options={"data_parallel": True, "bucket_mb": 0.0002})
+    # with a memory budget too: its post-compile check reads Inductor's plans of these graphs
+    fn = torch.compile(model, backend="dsgraph", options={"data_parallel": True, "bucket_mb": 0.0002,
+                                                          "memory_budget": "1GiB"})
     x = batch(0)
     _, codes = run_and_get_code(lambda: loss_of(fn, x).backward())
     code = next(c for c in codes if "all_reduce_" in c)
@@ -333,6 +351,9 @@ def scenario_inductor() -> None:
              and "= args" not in ln]
     check("buckets are used only by the collectives", not stray, "\n".join(stray))
     check("no concatenation or split", "aten.cat" not in code and "split" not in code)
+    peaks = [r.memory.get("checkpoint_inductor_peak") for r in dsgraph.reports() if r.kind == "joint"]
+    check("budget check ran on Inductor's plans", bool(peaks) and all(isinstance(p, int) and p > 0 for p in peaks),
+          str(peaks))
     ours = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
     loss_of(ref, x).backward()
     compare("inductor grads vs DDP eager", ours, {n: p.grad for n, p in m_ref.named_parameters()}, bitwise=False)
