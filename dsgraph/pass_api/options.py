@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .. import compat
 from ..errors import NotBuiltError, did_you_mean
 from ..units import parse_bytes
 
@@ -47,6 +48,11 @@ class Options:
         out = {}
         for key in sorted(self.explicit):
             value = getattr(self, key)
+            if key == "data_parallel" and not isinstance(value, bool):
+                # a ProcessGroup by the name every rank and every run give it (its repr holds an
+                # address, which would make each process's cache keys differ)
+                out[key] = f"ProcessGroup({compat.group_name(value)})"
+                continue
             out[key] = value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
         return out
 

@@ -69,6 +69,10 @@ def test_shape_mismatch_refused_by_replicate():
     assert_checks("mismatch", 120, ("shape mismatch",))
 
 
+def test_data_parallel_on_a_process_group():
+    assert_checks("mismatch", 120, ("process group",))
+
+
 def test_dead_rank_surfaces_torch_error():
     assert_checks("mismatch", 120, ("dead rank",), ranks=(0,))
 

@@ -288,6 +288,27 @@ def scenario_mismatch() -> None:
         check("shape mismatch raises", False, "no error")
     except dsgraph.ReplicaMismatchError as e:
         check("shape mismatch names the parameter", "fc1.weight" in str(e), str(e)[:800])
+    # data_parallel=<ProcessGroup>: the collectives run on that group
+    torch._dynamo.reset()
+    group = dist.new_group([0, 1])
+    model = fresh_model()
+    dsgraph.replicate(model, process_group=group)
+    ref = copy.deepcopy(model)
+    ref_ddp = DDP(torch.compile(ref, backend="dsgraph", options={**FX, "pipeline": "lifetimes"}), process_group=group)
+    g_ours, _ = train(torch.compile(model, backend="dsgraph", options={**FX, "data_parallel": group}), model, steps=1)
+    g_ref, _ = train(ref_ddp, ref, steps=1)
+    compare_steps("process group option vs DDP on that group", g_ours, g_ref, bitwise=True)
+    other = fresh_model()
+    dsgraph.replicate(other, process_group=group)
+    torch._dynamo.reset()
+    try:
+        loss_of(torch.compile(other, backend="dsgraph", options={**FX, "data_parallel": dist.new_group([0, 1])}),
+                batch(0)).backward()
+        check("process group: another group than replicate's is refused", False, "no error")
+    except Exception as e:
+        check("process group: another group than replicate's is refused", "other than the one given" in str(e),
+              str(e)[:400])
+
     # a rank that dies: the other one gets torch's error from the collective, not a hang
     model = fresh_model()
     dsgraph.replicate(model)
