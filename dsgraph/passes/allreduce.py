@@ -242,6 +242,14 @@ def plan_buckets(gm: GraphModule, slots: Sequence[tuple[str, Slot]], bucket_byte
         names = [name for name, _ in group]
         issue = max(max(writers[n]) for n in names)
         touched = set(names)
+        # a slot is scaled right after its last write (so Inductor fuses the scale into the
+        # writer): a node reading it between that write and the issue would see it scaled
+        for name in names:
+            last = max(writers[name])
+            early = [n.name for n in nodes[last + 1:issue + 1] if any(a.name == name for a in n.all_input_nodes)]
+            if early:
+                raise ValueError(f"slot input {name} is read by {early[0]} after its last write and before its "
+                                 "bucket is issued; a pooled backward only writes its slots")
         wait = next((n.name for n in nodes[issue + 1:]
                      if n.op != "output" and any(a.name in touched for a in n.all_input_nodes)), "output")
         key = group[0][1].key

@@ -136,6 +136,22 @@ def test_wait_goes_before_a_later_reader():
     assert plan.buckets[0].wait_before.startswith("sum") and plan.buckets[1].wait_before == "output"
 
 
+def test_a_slot_read_before_its_bucket_is_issued_is_refused():
+    """The scale follows each slot's last write; a reader before the issue would see it scaled."""
+    slots = make_slots([(4,), (6,)])
+    gm, named, _ = backward_like(slots, write_order=[0], reader_after=0)
+    graph = gm.graph
+    out = graph.output_node()
+    (reader,) = out.args[0]
+    slot1 = next(n for n in graph.nodes if n.name == "dsgraph_grad_1")
+    with graph.inserting_before(out):  # slot 1 is written after the read of slot 0
+        g = graph.call_function(torch.ops.aten.randn.default, ([6],))
+        total = graph.call_function(torch.ops.aten.add.Tensor, (slot1, g))
+        graph.call_function(torch.ops.aten.copy_.default, (slot1, total))
+    with pytest.raises(ValueError, match="read by sum"):
+        allreduce.plan_buckets(gm, named, bucket_bytes=1 << 20, first_bucket_bytes=1 << 20)
+
+
 def test_plan_text_is_rank_independent():
     """Ranks use different devices (cuda:0, cuda:1): the compared text names the type only."""
     a = make_slots([(4, 3), (5,)], key=(torch.device("cuda", 0), torch.float32))
