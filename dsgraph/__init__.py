@@ -12,6 +12,7 @@ from .logs import enable as enable_logging
 from .errors import BudgetError, DsgraphBudgetWarning, DsgraphFallbackWarning, NotBuiltError, PassFailure
 from .memory import MemoryProfile, memory_profile
 from .runtime.pool import GradPool, grad_pool
+from .runtime.replicate import ReplicaMismatchError, no_sync, replicate
 from .pass_api import Options, Pipeline, validate_options
 from .compile.pipeline import parse as parse_pipeline
 from .report.reports import GraphReport, PassRecord, clear_reports, format_table as report_table, reports
@@ -29,12 +30,15 @@ __all__ = [
     "PassFailure",
     "PassRecord",
     "Pipeline",
+    "ReplicaMismatchError",
     "clear_reports",
     "enable_logging",
     "grad_pool",
     "memory_profile",
+    "no_sync",
     "parse_pipeline",
     "report_table",
+    "replicate",
     "reports",
     "validate_options",
 ]

@@ -8,6 +8,7 @@ Checked: 2.11 (GPU machines) and 2.13 (CPU, CI); each module says what it covers
 """
 
 from .autograd import at_backward_end, hook_dicts, post_accumulate_hooks, tensor_hooks
+from .distributed import all_reduce_op, group_name, wait_tensor_op
 from .dynamo import dynamo_graph_inputs, explain, reset
 from .functorch import default_partition, dsgraph_compile_config, extract_partition, fx_graph_cse, make_boxed
 from .fx import (
@@ -16,6 +17,7 @@ from .fx import (
     copy_graph_module,
     detect_fake_mode,
     fake_mode_of,
+    real_tensors,
     size_hint,
     sym_expr,
     symint_of,
@@ -23,14 +25,17 @@ from .fx import (
 )
 from .inductor import (
     arena_inductor_patches,
+    collective_order_patches,
     compile_fx,
     compile_fx_inner,
+    control_deps_op,
     custom_partitioner_base,
     fallback_random,
     graph_handler,
     hash_for_files,
     inductor_mode_options,
     inductor_size_hint,
+    pin_collectives,
     post_fusion_hook,
 )
 from .ops import (
@@ -44,12 +49,14 @@ from .ops import (
     storage_ref,
     writes,
 )
-from .lowering import has_side_effects, real_tensors, returns_alias, statically_equal
+from .lowering import has_side_effects, returns_alias, statically_equal
 from .trace import trace_artifact, tracing
 from .version import SUPPORTED, TORCH_VERSION, check_version
 
 __all__ = [
-    "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "arena_inductor_patches", "at_backward_end",
+    "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
+    "arena_inductor_patches", "at_backward_end", "collective_order_patches", "control_deps_op", "group_name",
+    "pin_collectives", "real_tensors", "wait_tensor_op",
     "boxed_fx", "check_version", "compile_fx", "compile_fx_inner", "contiguous_strides", "copy_graph_module",
     "custom_partitioner_base", "default_partition", "detect_fake_mode", "dsgraph_compile_config",
     "dynamo_graph_inputs", "explain", "extract_partition", "fake_mode_of", "fallback_random", "fx_graph_cse",

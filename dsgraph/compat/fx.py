@@ -118,3 +118,15 @@ def _floor_div() -> type:
 
 # sympy floor division as torch's symbolic shapes write it (sizes in bytes / itemsize)
 FloorDiv = _floor_div()
+
+
+# -- real tensors while a compile traces (the allreduce pass's agreement check) --------------
+
+
+def real_tensors():
+    """A context where tensor operations make real tensors although a compile's fake mode is
+    active (a collective run at compile time needs real data; the lowering pass runs a kernel
+    once to check it). Checked on torch 2.13."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()

@@ -98,3 +98,83 @@ def fallback_random(enabled: bool = True) -> Iterator[None]:
 
     with iconfig.patch(fallback_random=enabled):
         yield
+
+
+# -- collectives in dsgraph's graphs (the allreduce pass) ---------------------------------
+
+
+def control_deps_op() -> Any:
+    """Inductor's ``control_deps`` higher-order op: ``control_deps(deps, subgraph, *args)``
+    runs ``subgraph(*args)`` and Inductor schedules every kernel the subgraph lowers to after
+    the latest writer of each tensor in ``deps`` (weak dependencies, renamed through
+    mutations, so a graph input in ``deps`` means "after its last in-place write so far").
+    Eager and FX execution just call the subgraph. Present since torch 2.10; checked on 2.13."""
+    from torch._inductor.fx_passes.control_dependencies import control_deps
+
+    return control_deps
+
+
+def pin_collectives(snodes: list) -> list:
+    """Inductor scheduler pass (after its fusion and peak-memory reordering): put every
+    collective, with the kernels that produce what it sends (a scale, a cast), right after
+    the last kernel it depends on, and move every wait, with everything that depends on it,
+    to the end. Kernels that neither feed a collective nor follow a wait keep Inductor's
+    order. Any order this returns is a topological order of the scheduler's dependencies:
+    a node moves to right after its last ancestor, and a set closed under descendants
+    moves to the end in its own order.
+
+    dsgraph issues a gradient bucket as soon as its last gradient is written and waits for it
+    at the end of the backward (``dsgraph.passes.allreduce``); Inductor's peak-memory
+    reordering would otherwise place collectives and waits wherever its heuristics put nodes
+    that allocate nothing. Uses ``BaseSchedulerNode.ancestors`` / ``read_writes`` (torch 2.13)."""
+    from torch._inductor.dependencies import WeakDep
+    from torch._inductor.utils import contains_collective, contains_wait
+
+    comms = [n for n in snodes if contains_collective(n)]
+    if not comms:
+        return snodes
+    order = list(snodes)
+    owner = {b: n for n in order for b in n.get_buffer_names()}
+
+    def after_last_ancestor(node) -> int:
+        ancestors = node.ancestors
+        last = -1
+        for i, other in enumerate(order):
+            if other.get_operation_names() & ancestors:
+                last = i
+        return last + 1
+
+    for comm in comms:
+        feeders = []
+        for dep in comm.read_writes.reads:
+            source = None if isinstance(dep, WeakDep) else owner.get(dep.name)
+            if (source is not None and source is not comm and source not in feeders
+                    and not contains_collective(source) and not contains_wait(source)):
+                feeders.append(source)
+        feeders.sort(key=order.index)
+        for node in feeders + [comm]:
+            order.remove(node)
+            order.insert(after_last_ancestor(node), node)
+
+    sunk, sunk_ops = [], set()
+    for node in order:
+        if contains_wait(node) or node.ancestors & sunk_ops:
+            sunk.append(node)
+            sunk_ops |= node.get_operation_names()
+    moved = set(sunk)
+    return [n for n in order if n not in moved] + sunk
+
+
+def collective_order_patches() -> dict[str, Any]:
+    """Inductor config for a compile whose graphs carry dsgraph's collectives: Inductor's own
+    communication passes off (its bucketing of all-reduces, DDP fusion, overlap scheduling)
+    and its comm-reordering slot filled with ``pin_collectives`` alone, which runs after the
+    peak-memory reordering (torch 2.13: ``Scheduler.__init__`` runs
+    ``reorder_for_compute_comm_overlap_passes`` last)."""
+    return {
+        "reorder_for_compute_comm_overlap": True,
+        "reorder_for_compute_comm_overlap_passes": [pin_collectives],
+        "bucket_all_reduces_fx": "none",
+        "_fuse_ddp_communication": False,
+        "aten_distributed_optimizations.enable_overlap_scheduling": False,
+    }

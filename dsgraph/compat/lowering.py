@@ -1,5 +1,5 @@
 """What the Triton lowering needs from torch: op side effects and aliasing, static size
-equality, running real kernels during a compile. Checked on torch 2.13 (CPU)."""
+equality (running real kernels during a compile: ``fx.real_tensors``). Checked on torch 2.13 (CPU)."""
 
 from __future__ import annotations
 
@@ -43,11 +43,3 @@ def statically_equal(a: Any, b: Any) -> bool:
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     return bool(statically_known_true(a == b))
-
-
-def real_tensors():
-    """A context in which tensor ops run for real even while a compile has a FakeTensorMode
-    active (the lowering pass runs a kernel once to check it)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    return unset_fake_temporarily()

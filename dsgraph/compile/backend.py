@@ -28,6 +28,7 @@ from ..errors import DsgraphFallbackWarning, PassFailure, find_cause
 from ..pass_api import CompileConfig, CompileState, Options, Pipeline, Recompile, validate_options
 from ..report import capture, dumps, reports
 from ..units import format_bytes
+from . import registry
 from .pipeline import resolve
 from .session import CompileSession
 
@@ -84,6 +85,9 @@ def dsgraph_backend(
     patches = compat.inductor_mode_options(mode) if opts.inductor else {}
     if opts.inductor and opts.arena:
         patches.update(compat.arena_inductor_patches())  # only inside dsgraph's compile_fx
+    if opts.inductor and any(registry.spec(p.name).required for p in config.pipeline):
+        # graphs with dsgraph's collectives: Inductor keeps the order the pass planned
+        patches.update(compat.collective_order_patches())
     compile_id = f"c{next(_ids):03d}"
     start = time.perf_counter()
     log.info("%s: dsgraph compiling a graph of %d nodes; pipeline '%s' (%s)", compile_id, len(gm.graph.nodes),
@@ -112,6 +116,13 @@ def dsgraph_backend(
     except Exception as e:
         failure = find_cause(e, PassFailure)
         if failure is None or pristine is None or opts.fallback != "inductor":
+            raise
+        required = [p.name for p in config.pipeline if registry.spec(p.name).required]
+        if required:
+            # without these passes the step computes something else (gradients not averaged
+            # over the replicas): no stock fallback, whatever `fallback` says
+            log.error("%s: pass '%s' failed; not compiling without dsgraph's passes because the pipeline "
+                      "holds %s, which the step needs", compile_id, failure.pass_name, required)
             raise
         if session.captured is not None:
             session.captured.fallback = str(failure)

@@ -145,6 +145,9 @@ def default_pipeline(options: Options) -> Pipeline:
         wanted["chunk_loss"] = []  # the pass reads the budget from the checkpoint entry
     elif chunk_loss not in (False, "auto"):
         wanted["chunk_loss"] = [("chunks", str(chunk_loss))]
+    if not options.data_parallel and (options.bucket_mb is not None or options.compress != "none"):
+        raise ValueError("dsgraph options 'bucket_mb' and 'compress' configure the data-parallel all-reduce: "
+                         "set 'data_parallel' too (or name the 'allreduce' pass in the pipeline)")
     if options.memory_budget is not None:
         wanted.setdefault("checkpoint", []).append(("budget", str(options.memory_budget)))
     if options.grad_pool_enabled:

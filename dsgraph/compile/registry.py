@@ -22,10 +22,9 @@ _BUILT = {
     "lower_triton": "dsgraph.passes.lower_triton",
     "arena": "dsgraph.passes.arena",
     "chunk_loss": "dsgraph.passes.chunk_loss",
+    "allreduce": "dsgraph.passes.allreduce",
 }
-_NOT_BUILT = {
-    "allreduce": "bucketed gradient all-reduce overlapped with the backward",
-}
+_NOT_BUILT: dict[str, str] = {}  # every pass of the design is built today
 # The order in which passes must run when a default pipeline is built from options.
 # chunk_loss (stage pre_grad) comes first: it runs before AOTAutograd, so before checkpoint.
 CANONICAL_ORDER = ("chunk_loss", "lifetimes", "reorder_for_memory", "checkpoint", "grad_pool", "allreduce", "lower_triton", "arena")

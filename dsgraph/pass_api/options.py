@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .. import compat
 from ..errors import NotBuiltError, did_you_mean
 from ..units import parse_bytes
 
@@ -49,6 +50,11 @@ class Options:
         out = {}
         for key in sorted(self.explicit):
             value = getattr(self, key)
+            if key == "data_parallel" and not isinstance(value, bool):
+                # a ProcessGroup by the name every rank and every run give it (its repr holds an
+                # address, which would make each process's cache keys differ)
+                out[key] = f"ProcessGroup({compat.group_name(value)})"
+                continue
             out[key] = value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
         return out
 
@@ -72,11 +78,7 @@ OPTION_HELP = {
 
 # Options whose feature is registered in the design but not built yet. When a feature
 # lands, its entry leaves this table (and the default pipeline picks it up).
-NOT_BUILT = {
-    "data_parallel": "bucketed all-reduce (the 'allreduce' pass)",
-    "bucket_mb": "bucketed all-reduce (the 'allreduce' pass)",
-    "compress": "gradient compression in the 'allreduce' pass",
-}
+NOT_BUILT: dict[str, str] = {}  # every option's feature is built today
 
 
 def _bool(key: str, value: object) -> bool:

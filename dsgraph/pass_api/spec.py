@@ -20,6 +20,9 @@ class PassSpec:
     preserves: tuple[str, ...] = ()  # analyses still valid after it changed the graph
     mutates: bool = False  # adds in-place ops / aliasing: runs after functional passes
     handles_mutation: bool = False  # may run after a pass that ``mutates``
+    # The step is wrong without it (the all-reduce): when any pass of a pipeline holding it
+    # fails, the failure is raised instead of compiling the graph without dsgraph's passes.
+    required: bool = False
     # Pipeline arguments it accepts: name -> parser of the raw string in "pass{key=value}".
     args: Mapping[str, Callable[[str], object]] = field(default_factory=dict)
     # The executors whose graphs it can rewrite; naming it for another is an error at

@@ -29,6 +29,7 @@ from dsgraph.analysis.step import inductor_timeline, inputs_external
 from dsgraph.analysis.timeline import Interval
 from dsgraph.errors import DsgraphBudgetWarning
 from dsgraph.pass_api import CompiledStep, PassContext, PassResult, PassSpec, Recompile
+from dsgraph.passes.allreduce import inflight_bytes
 from dsgraph.recompute.planner import CheckpointPlan, plan_checkpoint
 from dsgraph.units import parse_bytes
 
@@ -60,21 +61,26 @@ def apply_checkpoint(plan: CheckpointPlan, ctx: PassContext) -> None:
     ctx.set_partitioner(planned_partition)
 
 
-def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
+def _gradients(gm, num_fwd_outputs: int) -> list:
     out = gm.graph.output_node().args[0]
-    grads = [o for o in list(out)[num_fwd_outputs:] if o is not None]
-    return bytes_of(grads)
+    return [o for o in list(out)[num_fwd_outputs:] if o is not None]
 
 
-def check_compiled(plan: CheckpointPlan, step: CompiledStep) -> None:
+def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
+    return bytes_of(_gradients(gm, num_fwd_outputs))
+
+
+def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int | None = None) -> None:
     """Hold the step peak of the compiled graphs' own buffer plans against the budget.
 
     An overrun asks for another compile that keeps below the budget what this plan's
     prediction erred by (its prediction was within the budget, so that is at least the
     overrun), or the overruns so far, whichever is more, plus 1% of the budget (the error
     changes from plan to plan); at the last compile, or when the margin already left no
-    plan, it warns."""
-    external = inputs_external(step.forward) + [Interval("gradient pool", plan.extra_external, 0, 0)]
+    plan, it warns. ``external_bytes``: what exists beside the graphs' own buffers (default:
+    what the planner counted)."""
+    extra = plan.extra_external if external_bytes is None else external_bytes
+    external = inputs_external(step.forward) + [Interval("gradient pool", extra, 0, 0)]
     peak = inductor_timeline(step.forward_plan, step.backward_plan, step.backward_fx_plan, external,
                              step.saved_names).peak_bytes
     plan.inductor_peak = peak
@@ -106,14 +112,22 @@ def run(gm, ctx: PassContext) -> PassResult:
     # with the gradient pool, the gradients' bytes exist from the start of the step (the
     # pool is allocated once); the simulation still counts each gradient where the
     # backward makes it, so this errs high by at most the pool's size
-    extra = _gradient_bytes(gm, kwargs["num_fwd_outputs"]) if ctx.config.pipeline.get("grad_pool") else 0
+    pool = _gradient_bytes(gm, kwargs["num_fwd_outputs"]) if ctx.config.pipeline.get("grad_pool") else 0
+    # compressed all-reduce buckets are copies in flight until the end of the backward: counted
+    # as if they lived through the step (high by their size before the backward makes them);
+    # Inductor's plan, which the check reads, holds them as the buffers they are
+    allreduce = ctx.config.pipeline.get("allreduce")
+    inflight = 0 if allreduce is None else inflight_bytes(_gradients(gm, kwargs["num_fwd_outputs"]),
+                                                          allreduce.arg("compress") or "none")
     # a compile after Inductor's plan overran the budget plans with the overrun reserved
-    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra, margin=ctx.carry or 0)
+    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight,
+                           margin=ctx.carry or 0)
     apply_checkpoint(plan, ctx)
     ctx.dump_text("checkpoint.md", plan.text())
     ctx.report(**{f"checkpoint_{k}": v for k, v in plan.stats().items()})
     if ctx.config.executor == "inductor":
         # the planner predicts Inductor's plans; with FX execution it is the FX plan that
         # runs, which the planner does not predict yet (issue 12), so nothing is checked
-        ctx.add_post_compile_check(lambda step: check_compiled(plan, step))
-    return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions), stats=plan.stats())
+        ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool))
+    return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions),
+                      stats={**plan.stats(), "pool_bytes": pool, "inflight_bytes": inflight})

@@ -45,10 +45,11 @@ def test_unknown_pass_lists_known_ones():
         assert name in msg
 
 
-@pytest.mark.parametrize("name", ["allreduce"])
-def test_designed_but_unbuilt_passes_say_not_implemented(name):
-    with pytest.raises(NotBuiltError, match=f"'{name}' is not implemented yet"):
-        parse(f"lifetimes,{name}")
+def test_designed_but_unbuilt_passes_say_not_implemented(monkeypatch):
+    """Every pass of the design is built today; the mechanism stays for the next one."""
+    monkeypatch.setitem(registry._NOT_BUILT, "fuse_everything", "fuses everything")
+    with pytest.raises(NotBuiltError, match="'fuse_everything' is not implemented yet"):
+        parse("lifetimes,fuse_everything")
 
 
 @pytest.mark.parametrize(

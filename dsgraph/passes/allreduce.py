@@ -1,0 +1,444 @@
+"""allreduce: average the gradients over the data-parallel group inside the backward graph.
+
+Runs on the backward after ``grad_pool``, whose slots hold the gradients in one flat buffer
+per (device, dtype), in the order this backward produces them. A bucket is a contiguous run
+of slots: one view of the buffer, a new graph input ``dsgraph_bucket_k`` (no concatenation,
+no split copies). It is issued right after the node that writes its last slot and waited
+at the end of the backward, so the all-reduce of early gradients overlaps the computation
+of later ones. Before/after (two buckets; ``control_deps`` is Inductor's ordering op)::
+
+    mm_into_(dsgraph_grad_0, t_3, x)         mm_into_(dsgraph_grad_0, t_3, x)
+                                             mul_(dsgraph_grad_0, 0.5)                 # 1/world size
+    copy_(dsgraph_grad_1, add_1)       ->    copy_(dsgraph_grad_1, add_1)
+                                             mul_(dsgraph_grad_1, 0.5)
+                                             issued_0 = control_deps((dsgraph_grad_0, dsgraph_grad_1),
+                                                                     issue_0, dsgraph_bucket_0)  # all_reduce_
+    mm_into_(dsgraph_grad_2, t_1, h)         mm_into_(dsgraph_grad_2, t_1, h)
+                                             mul_(dsgraph_grad_2, 0.5)
+                                             issued_1 = control_deps((dsgraph_grad_2,), issue_1, dsgraph_bucket_1)
+                                             wait_tensor(issued_0); wait_tensor(issued_1)
+    return (None, None, None)                return (None, None, None)
+
+Why this is exact although the slots and the bucket are separate graph inputs (one input
+per slot is on purpose, see grad_pool) that Inductor treats as distinct buffers:
+
+- all writes of a bucket's slots, then its collective: the ``all_reduce_`` sits in a
+  ``control_deps`` whose dependencies are the bucket's slot inputs. Inductor gives the
+  kernels lowered from its subgraph a weak dependency on the latest writer of each slot
+  (dependencies on an input are renamed through its in-place writes: here the scales, the
+  last writes). The subgraph holds only the collective, an extern kernel Inductor never
+  fuses, so nothing can run it early. (A pointwise kernel in the subgraph would not be
+  safe: Inductor 2.13 fuses it with a slot's writer, reading the weak dependency as a
+  read-then-mutate of one buffer.) FX execution runs nodes in graph order, the same order;
+- the collective, then the wait, then readers: Inductor models ``all_reduce_`` and
+  ``wait_tensor`` as two mutations of the bucket. Nothing in the graph touches a slot after
+  its bucket is issued: each slot is written once per backward and read by nothing else
+  (the plan puts the wait before any later node that uses a slot of the bucket; in
+  gradient graphs there is none, so it goes before the output). The runtime reads ``.grad``
+  after the graph returns;
+- Inductor's own reordering: its communication passes are off for data-parallel compiles
+  and ``compat.pin_collectives`` runs last in its scheduler, placing each collective (with
+  the kernels that produce what it sends) right after its last dependency and every wait
+  at the end. ``tests/dist`` checks the generated code's order with FileCheck.
+
+Averaging follows DDP's arithmetic: each rank multiplies its (accumulated) gradient by
+``1/world_size`` in the gradient's dtype, then the ranks sum. For two ranks the sum of two
+numbers does not depend on the order, so the result is bitwise DDP's; with more ranks the
+summation order is the collective library's, which depends on where an element sits in the
+buffer (ring chunks), and DDP's buckets differ from these: equal up to float reassociation
+(one rounding per rank added, as in any reordering of the sum). The scale is one kernel pass
+over the gradients that Inductor fuses into the kernel writing a slot, except for matmul
+slots (``mm_into_``), which get a pointwise kernel each.
+
+``compress="bf16"``: the wire buffer of a bucket is built from its slots,
+``cat(bf16(slot * 1/world) in memory order, zeros for alignment padding)``, which Inductor
+computes straight into one buffer (no copy beyond the cast); it is all-reduced (a sum in
+bf16) and, after the wait, copied into the bucket (back to fp32). The wire buffers are in
+flight from their issue to the end of the backward: ``BucketPlan.inflight_bytes``, which
+the checkpoint planner counts (``inflight_bytes``, an upper bound made before the backward
+exists). Uncompressed buckets are reduced in place and add no bytes.
+
+The variant without collectives (``no_sync``, and steps where hooks must see local
+gradients) is the graph before the scales and collectives were added;
+``DataParallelBackward`` (``dsgraph.runtime.replicate``) picks one per call. Every rank
+builds the plan from its graph and the options only (never timings or memory readings),
+and the plan is compared across ranks when the graph is compiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch.fx import GraphModule, Node
+
+from dsgraph import compat
+from dsgraph.analysis.ops import written_args
+from dsgraph.errors import UsageError
+from dsgraph.pass_api import PassContext, PassResult, PassSpec
+from dsgraph.runtime.pool import ALIGN, PooledBackward, Slot
+from dsgraph.runtime.replicate import BucketSpec, DataParallelBackward, check_same_on_all_ranks, replica_of
+from dsgraph.units import format_bytes
+
+DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb; MB here are MiB, as in DDP
+FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: small, so communication starts early
+COMPRESS = ("none", "bf16")
+
+
+def _bucket_mb(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError(f"bucket_mb must be > 0, got {raw}")
+    return value
+
+
+def _compress(raw: str) -> str:
+    if raw not in COMPRESS:
+        raise ValueError(f"compress must be one of {list(COMPRESS)}, got {raw!r}")
+    return raw
+
+
+SPEC = PassSpec(
+    name="allreduce",
+    stages=("backward",),
+    mutates=True,
+    handles_mutation=True,
+    required=True,
+    args={"bucket_mb": _bucket_mb, "compress": _compress},
+    doc="data-parallel gradient all-reduce, bucketed on the gradient pool and overlapped with the backward",
+)
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    index: int
+    key: tuple  # (device, dtype) of the pool buffer it is a slice of
+    start: int  # elements of that buffer; alignment padding between slots included
+    stop: int
+    slots: tuple[str, ...]  # the slot inputs it covers, in production order
+    offsets: tuple[int, ...]  # where each slot starts in the buffer
+    shapes: tuple[tuple[int, ...], ...]
+    written_by: tuple[str, ...]  # the node that writes each slot last
+    wire_dtype: torch.dtype  # what the all-reduce sends
+    issue_after: str  # the node that writes its last slot
+    wait_before: str  # the first node after the issue that touches its slots, or "output"
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.key[1].itemsize
+
+    @property
+    def wire_bytes(self) -> int:
+        return self.numel * self.wire_dtype.itemsize
+
+    @property
+    def compressed(self) -> bool:
+        return self.wire_dtype != self.key[1]
+
+    def line(self) -> str:
+        """Rank-independent description (device type only: ranks use different devices)."""
+        shapes = " ".join("x".join(map(str, s)) or "scalar" for s in self.shapes)
+        return (f"bucket {self.index}: {self.key[0].type} {self.key[1]} elements [{self.start}, {self.stop}) "
+                f"{len(self.slots)} slots ({shapes}) sent as {self.wire_dtype}, "
+                f"issued after {self.issue_after}, waited before {self.wait_before}")
+
+
+@dataclass
+class BucketPlan:
+    buckets: list[Bucket] = field(default_factory=list)
+    bucket_bytes: int = 0
+    first_bucket_bytes: int = 0
+    compress: str = "none"
+    world_size: int = 1
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Bytes the collectives allocate beyond the pool (the compressed copies, all alive
+        at the end of the backward, where the buckets are waited)."""
+        return sum(b.wire_bytes for b in self.buckets if b.compressed)
+
+    @property
+    def sent_bytes(self) -> int:
+        return sum(b.wire_bytes for b in self.buckets)
+
+    def lines(self) -> list[str]:
+        head = (f"BucketPlan: {len(self.buckets)} buckets, world size {self.world_size}, average = scale by "
+                f"1/{self.world_size} then sum, compress {self.compress}, bucket cap {self.bucket_bytes} B, "
+                f"first bucket cap {self.first_bucket_bytes} B")
+        return [head] + [b.line() for b in self.buckets]
+
+    def __str__(self) -> str:
+        rows = [f"  {b.index}: {format_bytes(b.nbytes)} ({b.wire_dtype} on the wire: {format_bytes(b.wire_bytes)}), "
+                f"{len(b.slots)} slots {b.slots[0]}..{b.slots[-1]}, issued after {b.issue_after}, "
+                f"waited before {b.wait_before}" for b in self.buckets]
+        return "\n".join([self.lines()[0], *rows, f"in flight beyond the pool: {format_bytes(self.inflight_bytes)}"])
+
+
+def inflight_bytes(gradients: Sequence[Node], compress: str) -> int:
+    """An upper bound, before the backward exists, of ``BucketPlan.inflight_bytes`` for these
+    gradient nodes (each slot may bring its alignment padding into a bucket)."""
+    if compress != "bf16":
+        return 0
+    total = 0
+    for node in gradients:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype.is_floating_point and val.dtype.itemsize > 2:
+            total += (compat.size_hint(val.numel()) + ALIGN) * torch.bfloat16.itemsize
+    return int(total)
+
+
+def _writers(gm: GraphModule, names: set[str]) -> dict[str, list[int]]:
+    """For each slot input in ``names``, the positions of the nodes that write it."""
+    out: dict[str, list[int]] = {n: [] for n in names}
+    for i, node in enumerate(gm.graph.nodes):
+        for arg in written_args(node):
+            if arg.name in out:
+                out[arg.name].append(i)
+    return out
+
+
+def plan_buckets(gm: GraphModule, slots: Sequence[tuple[str, Slot]], bucket_bytes: int,
+                 first_bucket_bytes: int = FIRST_BUCKET_BYTES, compress: str = "none",
+                 world_size: int = 1) -> BucketPlan:
+    """Buckets for the slot inputs ``slots`` ((placeholder name, pool slot) pairs) of ``gm``.
+
+    Slots are taken in the order the graph writes them (the position of each slot's last
+    write); a bucket grows by the next slot while that slot lies right after it in the same
+    buffer (up to the alignment padding) and the bucket holds less than its cap
+    (``first_bucket_bytes`` for the first bucket, ``bucket_bytes`` after), so a bucket can
+    pass its cap by one slot, as DDP's do. Only the graph and these arguments decide."""
+    if compress not in COMPRESS:
+        raise ValueError(f"compress must be one of {list(COMPRESS)}, got {compress!r}")
+    first_bucket_bytes = min(first_bucket_bytes, bucket_bytes)
+    nodes = list(gm.graph.nodes)
+    writers = _writers(gm, {name for name, _ in slots})
+    for name, positions in writers.items():
+        if not positions:
+            raise ValueError(f"slot input {name} is never written by the graph")
+    ordered = sorted(slots, key=lambda item: (max(writers[item[0]]), item[1].offset))
+    groups: list[list[tuple[str, Slot]]] = []
+    for name, slot in ordered:
+        current = groups[-1] if groups else None
+        if current is not None:
+            last = current[-1][1]
+            cap = first_bucket_bytes if len(groups) == 1 else bucket_bytes
+            size = (last.offset + last.numel - current[0][1].offset) * slot.key[1].itemsize
+            adjacent = slot.key == last.key and 0 <= slot.offset - (last.offset + last.numel) < ALIGN
+            if adjacent and size < cap:
+                current.append((name, slot))
+                continue
+        groups.append([(name, slot)])
+    plan = BucketPlan(bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
+                      compress=compress, world_size=world_size)
+    for index, group in enumerate(groups):
+        names = [name for name, _ in group]
+        issue = max(max(writers[n]) for n in names)
+        touched = set(names)
+        # a slot is scaled right after its last write (so Inductor fuses the scale into the
+        # writer): a node reading it between that write and the issue would see it scaled
+        for name in names:
+            last = max(writers[name])
+            early = [n.name for n in nodes[last + 1:issue + 1] if any(a.name == name for a in n.all_input_nodes)]
+            if early:
+                raise ValueError(f"slot input {name} is read by {early[0]} after its last write and before its "
+                                 "bucket is issued; a pooled backward only writes its slots")
+        wait = next((n.name for n in nodes[issue + 1:]
+                     if n.op != "output" and any(a.name in touched for a in n.all_input_nodes)), "output")
+        key = group[0][1].key
+        wire = torch.bfloat16 if compress == "bf16" and key[1].itemsize > 2 and key[1].is_floating_point else key[1]
+        plan.buckets.append(Bucket(
+            index=index, key=key, start=group[0][1].offset, stop=group[-1][1].offset + group[-1][1].numel,
+            slots=tuple(names), offsets=tuple(s.offset for _, s in group),
+            shapes=tuple(tuple(s.shape) for _, s in group),
+            written_by=tuple(nodes[max(writers[n])].name for n in names), wire_dtype=wire,
+            issue_after=nodes[issue].name, wait_before=wait))
+    return plan
+
+
+# -- the rewrite ---------------------------------------------------------------------------------
+
+
+def add_bucket_inputs(gm: GraphModule, plan: BucketPlan, fake_mode) -> tuple[list[Node], list[torch.Tensor]]:
+    """Placeholders ``dsgraph_bucket_k`` (1-D views of the pool buffer) before the slot inputs:
+    ``DataParallelBackward`` appends the bucket views before the pool's wrapper appends the
+    slot views. Returns the placeholders and their fake example inputs."""
+    first_slot = next(n for n in gm.graph.nodes if n.op == "placeholder" and n.name.startswith("dsgraph_grad_"))
+    inputs, fakes = [], []
+    for b in plan.buckets:
+        with gm.graph.inserting_before(first_slot):
+            node = gm.graph.placeholder(f"dsgraph_bucket_{b.index}")
+        with fake_mode:
+            node.meta["val"] = torch.empty(b.numel, device=b.key[0], dtype=b.key[1])
+        inputs.append(node)
+        fakes.append(node.meta["val"])
+    return inputs, fakes
+
+
+class _RecordVals(torch.fx.Interpreter):
+    def run_node(self, n: Node):
+        out = super().run_node(n)
+        n.meta["val"] = out
+        return out
+
+
+def _call(graph: torch.fx.Graph, fake_mode, target, *args, **kwargs) -> Node:
+    """A new node with its fake value (computed on the inputs' own fakes, so aliases alias)."""
+    node = graph.call_function(target, args, kwargs)
+    fake_args = compat.tree_map(lambda a: a.meta["val"] if isinstance(a, Node) else a, args)
+    with fake_mode:
+        node.meta["val"] = target(*fake_args, **kwargs)
+    return node
+
+
+def _all_reduce_subgraph(bucket_fake: torch.Tensor, group: str, fake_mode) -> GraphModule:
+    """``all_reduce_(bucket, "sum", group)``: the body of the ``control_deps`` that issues an
+    uncompressed bucket."""
+    graph = torch.fx.Graph()
+    bucket_in = graph.placeholder("bucket")
+    graph.output(graph.call_function(compat.all_reduce_op(), (bucket_in, "sum", group)))
+    sub = GraphModule(torch.nn.Module(), graph)
+    with fake_mode:
+        _RecordVals(sub).run(bucket_fake)  # on the bucket's own fake: the result aliases it
+    return sub
+
+
+def _memory_order_flat(graph: torch.fx.Graph, fake_mode, t: Node) -> Node:
+    """``t``'s elements as a 1-D view in the order they sit in memory (a slot's layout may
+    be a permuted one), i.e. as the bucket view sees them."""
+    val = t.meta["val"]
+    perm = sorted(range(val.dim()), key=lambda d: -int(val.stride()[d]))
+    if perm != list(range(val.dim())):
+        t = _call(graph, fake_mode, torch.ops.aten.permute.default, t, perm)
+    return _call(graph, fake_mode, torch.ops.aten.view.default, t, [val.numel()])
+
+
+def apply_buckets(gm: GraphModule, plan: BucketPlan, group: str, fake_mode) -> GraphModule:
+    """Scale each slot after its last write, issue every bucket after the node that writes its
+    last slot, wait for it where the plan says; the bucket inputs must be there
+    (``add_bucket_inputs``).
+
+    Uncompressed: ``slot *= 1/world`` in place (Inductor fuses it into the kernel that writes
+    the slot; a matmul slot gets its own pointwise kernel), then ``control_deps(slots,
+    all_reduce_)(bucket)``: the collective, an extern kernel Inductor never fuses, runs after
+    the latest writer of every slot, which is its scale. (Scaling the bucket view inside the
+    ``control_deps`` instead would be a pointwise kernel that Inductor 2.13 fuses with a slot's
+    writer: its fusion check reads the weak dependency as a read-then-mutate of one buffer.)
+    Compressed: the bucket is rebuilt in the wire dtype from the slots themselves,
+    ``cat(convert(slot * 1/world) in memory order, zeros for the alignment padding)``, which
+    Inductor computes straight into the one wire buffer; the all-reduce depends on it by data
+    flow, and after the wait ``bucket.copy_(wire)`` writes the average into the pool."""
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    scale = 1.0 / plan.world_size
+    issued_nodes = []
+    for b in plan.buckets:
+        bucket_in = by_name[f"dsgraph_bucket_{b.index}"]
+        slots = [by_name[name] for name in b.slots]
+        if not b.compressed:
+            last = None
+            for slot, writer in zip(slots, b.written_by):
+                with graph.inserting_after(by_name[writer]):
+                    scaled = _call(graph, fake_mode, torch.ops.aten.mul_.Scalar, slot, scale)
+                if writer == b.issue_after:
+                    last = scaled
+            sub = _all_reduce_subgraph(bucket_in.meta["val"], group, fake_mode)
+            attr = f"dsgraph_issue_{b.index}"
+            setattr(gm, attr, sub)
+            with graph.inserting_after(last):
+                get = graph.get_attr(attr)
+            with graph.inserting_after(get):
+                issued = graph.call_function(compat.control_deps_op(), (tuple(slots), get, bucket_in))
+            issued.meta["val"] = sub.graph.output_node().args[0].meta["val"]
+        else:
+            parts, at = [], b.start
+            with graph.inserting_before(by_name[b.issue_after].next):
+                for offset, slot in sorted(zip(b.offsets, slots), key=lambda item: item[0]):
+                    if offset > at:  # alignment padding: zeros on the wire, zeros back in the pool
+                        parts.append(_call(graph, fake_mode, torch.ops.aten.full.default, [offset - at], 0.0,
+                                           dtype=b.wire_dtype, device=b.key[0], pin_memory=False))
+                    scaled = _call(graph, fake_mode, torch.ops.aten.mul.Tensor, slot, scale)
+                    cast = _call(graph, fake_mode, torch.ops.prims.convert_element_type.default, scaled, b.wire_dtype)
+                    parts.append(_memory_order_flat(graph, fake_mode, cast))
+                    at = offset + slot.meta["val"].numel()
+                wire = parts[0] if len(parts) == 1 else _call(graph, fake_mode, torch.ops.aten.cat.default, parts)
+                issued = _call(graph, fake_mode, compat.all_reduce_op(), wire, "sum", group)
+        issued.name = f"dsgraph_issued_{b.index}"
+        issued_nodes.append((b, bucket_in, issued))
+    for b, bucket_in, issued in issued_nodes:
+        with graph.inserting_before(by_name[b.wait_before] if b.wait_before != "output" else graph.output_node()):
+            waited = graph.call_function(compat.wait_tensor_op(), (issued,))
+            waited.meta["val"] = issued.meta["val"]
+            if b.compressed:
+                back = graph.call_function(torch.ops.aten.copy_.default, (bucket_in, waited))
+                back.meta["val"] = bucket_in.meta["val"]
+    graph.lint()
+    return gm
+
+
+# -- the pass ------------------------------------------------------------------------------------
+
+
+def _pool_wrapper(ctx: PassContext) -> PooledBackward | None:
+    found = [w for _, w in ctx.runtime_wrappers if isinstance(w, PooledBackward)]
+    return found[-1] if found else None
+
+
+def _group(ctx: PassContext, replica):
+    option = ctx.config.options.data_parallel
+    if option is True or option is False:
+        return replica.group
+    if replica.explicit_group and option is not replica.group:
+        raise UsageError("dsgraph: options['data_parallel'] names a process group other than the one given to "
+                         "dsgraph.replicate(model, process_group); give the same group (or only one of them)")
+    return option
+
+
+def run(gm: GraphModule, ctx: PassContext) -> PassResult:
+    import torch.distributed as dist
+
+    pool = _pool_wrapper(ctx)
+    if pool is None:
+        if ctx.config.pipeline.get("grad_pool") is None:
+            raise UsageError("the allreduce pass reduces slices of the gradient pool: the pipeline needs "
+                             "'grad_pool' before 'allreduce' (options={'data_parallel': True} adds both)")
+        return PassResult(gm, changed=False, stats={"buckets": 0})  # no parameter gradients here
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    slot_inputs = placeholders[len(placeholders) - len(pool.slots):]
+    if not all(n.name.startswith("dsgraph_grad_") for n in slot_inputs):
+        raise ValueError("the gradient pool's slot inputs are not the graph's last inputs")
+    params = [s.param() for s in pool.slots]
+    replica = replica_of(params)
+    group = _group(ctx, replica)
+    world = dist.get_world_size(group)
+    bucket_mb = ctx.args.get("bucket_mb", DEFAULT_BUCKET_MB)
+    plan = plan_buckets(gm, [(n.name, s) for n, s in zip(slot_inputs, pool.slots)], int(bucket_mb * (1 << 20)),
+                        FIRST_BUCKET_BYTES, ctx.args.get("compress", "none"), world)
+    # a rank that planned differently would hang in, or corrupt, the collectives below
+    check_same_on_all_ranks(group, f"all-reduce plan of the backward graph {ctx.graph_name}", plan.lines())
+
+    fake_mode = compat.detect_fake_mode(ctx.example_inputs) or compat.fake_mode_of(gm)
+    _, fakes = add_bucket_inputs(gm, plan, fake_mode)
+    first_slot_input = len(ctx.example_inputs) - len(pool.slots)
+    ctx.example_inputs[first_slot_input:first_slot_input] = fakes
+    gm.recompile()
+    local = compat.copy_graph_module(gm)  # the variant without collectives
+    gm = apply_buckets(gm, plan, compat.group_name(group), fake_mode)
+
+    specs = [BucketSpec(b.key, b.start, b.stop, b.wire_dtype) for b in plan.buckets]
+    wrapper = DataParallelBackward(replica, group, specs, list(pool.slots), world, ctx.config.debug, pool)
+    ctx.register_runtime_wrapper(wrapper)
+    ctx.add_variant("no_sync", local, wrapper.use_local)
+    ctx.dump_text("allreduce.md", f"# all-reduce plan\n\n```\n{plan}\n```\n")
+    ctx.report(allreduce_buckets=len(plan.buckets), allreduce_sent_bytes=plan.sent_bytes,
+               allreduce_inflight_bytes=plan.inflight_bytes)
+    stats = {"buckets": len(plan.buckets), "sent_bytes": plan.sent_bytes, "inflight_bytes": plan.inflight_bytes,
+             "first_bucket_bytes": plan.buckets[0].nbytes if plan.buckets else 0}
+    return PassResult(gm, changed=True, stats=stats)

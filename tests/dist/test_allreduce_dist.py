@@ -1,0 +1,89 @@
+"""Data parallelism on 2 gloo processes (CPU), against torch's DistributedDataParallel.
+
+Each scenario is one 2-process job (worker.py) bounded by a timeout, so a hang fails the
+test instead of blocking CI; the checks it made are asserted here, one test per topic.
+Graphs run as FX code (inductor=False) except in the Inductor scenario, which checks the
+order of collectives, waits and compute in Inductor's generated code.
+"""
+
+import pytest
+
+from launch import run_workers
+
+pytestmark = pytest.mark.dist
+
+_cache: dict[str, list[list[dict]]] = {}
+
+
+def results(scenario: str, timeout: float) -> list[list[dict]]:
+    if scenario not in _cache:
+        _cache[scenario] = run_workers(scenario, timeout=timeout)
+    return _cache[scenario]
+
+
+def assert_checks(scenario: str, timeout: float, prefixes: tuple[str, ...], ranks=(0, 1)) -> None:
+    per_rank = results(scenario, timeout)
+    crashed = [c for r in ranks for c in per_rank[r] if c["name"].endswith("ran to the end")]
+    assert not crashed, crashed[0]["detail"]
+    chosen = [(r, c) for r in ranks for c in per_rank[r] if c["name"].startswith(prefixes)]
+    assert chosen, f"no checks named {prefixes} in scenario {scenario}"
+    failed = [f"rank {r}: {c['name']}: {c['detail']}" for r, c in chosen if not c["ok"]]
+    assert not failed, "\n".join(failed)
+
+
+def test_replicate_broadcasts_rank0():
+    assert_checks("parity", 240, ("replicate broadcasts",))
+
+
+def test_synced_steps_equal_ddp():
+    """Three SGD steps, different data per rank and per step, three buckets: bitwise equal to
+    DDP around the same local graphs, within the fp32 rule of DDP on the eager model."""
+    assert_checks("parity", 240, ("three buckets", "sync "))
+
+
+def test_no_sync_accumulates_then_reduces_like_ddp():
+    assert_checks("parity", 240, ("no_sync",))
+
+
+def test_bf16_compression():
+    """Bitwise equal to DDP with its bf16 compression hook; against fp32 DDP within the bound
+    of two bf16 roundings per element."""
+    assert_checks("parity", 240, ("bf16",))
+
+
+def test_memory_budget_counts_buckets_in_flight():
+    assert_checks("parity", 240, ("budget",))
+
+
+def test_hooks_see_local_gradients_like_ddp():
+    """Hooks on one rank only (that rank reduces after the backward, the other inside it), a
+    post-accumulate hook, a .grad put there by the user."""
+    assert_checks("parity", 240, ("hooks", "post-accumulate"))
+
+
+def test_plan_mismatch_raises_instead_of_hanging():
+    assert_checks("mismatch", 120, ("plan mismatch", "the error names"))
+
+
+def test_shape_mismatch_refused_by_replicate():
+    assert_checks("mismatch", 120, ("shape mismatch",))
+
+
+def test_data_parallel_on_a_process_group():
+    assert_checks("mismatch", 120, ("process group",))
+
+
+def test_a_backward_reused_for_other_parameters_is_refused():
+    assert_checks("mismatch", 240, ("reused data-parallel backward",))
+
+
+def test_dead_rank_surfaces_torch_error():
+    assert_checks("mismatch", 120, ("dead rank",), ranks=(0,))
+
+
+def test_inductor_keeps_the_planned_order():
+    """CPU Inductor: FileCheck of the order (issue after the last write of a bucket, compute,
+    next issue, waits at the end), buckets used only by the collectives, and the gradients
+    against DDP within the fp32 rule."""
+    assert_checks("inductor", 300, ("four buckets", "order of", "buckets are used", "no concatenation", "inductor grads",
+                                         "budget check ran"))
