@@ -3,6 +3,7 @@ same region and against eager's unfused ops, with bytes moved and achieved bandw
 
     python -m benchmarks.lowering --json $OUT/lowering.json            # H200: every case
     python -m benchmarks.lowering --cases gelu_bwd,bucket_epilogue      # some of them
+    python -m benchmarks.lowering --asm --json asm.json                  # any machine: sm_90 code
 
 Each case is a function of aten ops that forms exactly one region (checked), at sizes where
 the region moves at least 256 MB (bytes read + written, each tensor once). Per case:
@@ -23,6 +24,11 @@ rule against fp64).
 
 Without CUDA, ``--dry-run`` (automatic) builds every case at a tiny size on the CPU with
 Triton's interpreter, checks the kernels against eager and writes no timings.
+
+``--asm`` (no GPU needed) compiles each case's kernel at full size for sm_90 with every
+config the GPU autotuner tries (``dsgraph.lowering.asm``) and reports, per config, the
+entry point, vector and scalar global loads and stores in the PTX, integer divisions, SASS
+instructions per element and registers: what the code looks like, not how fast it runs.
 """
 
 from __future__ import annotations
@@ -222,6 +228,18 @@ def copy_bandwidth(repeats: int) -> float:
     return 2 * src.numel() * src.element_size() / (us * 1e-6)
 
 
+def chosen(built: Built, inputs: list) -> tuple[str, object]:
+    """The entry point the launcher picks for these inputs and its autotuned kernel."""
+    from dsgraph.lowering import kernels
+
+    ir = built.compiled.ir
+    tensors = [torch.empty_strided(inputs[i].shape, inputs[i].stride(), dtype=inputs[i].dtype, device="meta")
+               for i in built.binding_index]  # the same layouts, no memory
+    full, outs = kernels.allocate_outputs(ir, tensors)
+    plan = kernels.launch_plan(ir, tensors, outs, full, [])
+    return plan.form, built.compiled.tuner(plan.form, plan.block_n)
+
+
 def measure(built: Built, repeats: int, copy_bw: float) -> dict:
     case = built.case
     planned = built.plan.regions[0]
@@ -249,7 +267,8 @@ def measure(built: Built, repeats: int, copy_bw: float) -> dict:
     with torch.no_grad():
         for key, fn in variants.items():
             out[key] = _bench(fn, repeats)
-    best = built.compiled.kernel.best_config if hasattr(built.compiled.kernel, "best_config") else None
+    out["form"], tuner = chosen(built, inputs)
+    best = getattr(tuner, "best_config", None)
     out["config"] = None if best is None else {**best.kwargs, "num_warps": best.num_warps}
     for key in ("dsgraph_us", "dsgraph_inductor_us", "inductor_us", "eager_us"):
         gbps = planned.bytes_moved / (out[key] * 1e-6) / 1e9
@@ -271,13 +290,65 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def asm_rows(cases: list[Case]) -> list[dict]:
+    """Per case and GPU config: the sm_90 code of the kernel the launcher picks at full size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dsgraph.lowering import asm, kernels
+    from dsgraph.passes.lower_triton import plan_lowering
+
+    rows = []
+    for case in cases:
+        inputs = [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in case.shapes]
+        gm = make_fx(case.fn, tracing_mode="fake")(*inputs)
+        (planned,) = plan_lowering(gm, "all").regions
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        tensors = [inputs[placeholders.index(n)] for n in planned.binding.params]
+        full, outs = kernels.allocate_outputs(planned.ir, tensors)
+        plan = kernels.launch_plan(planned.ir, tensors, outs, full, [])
+        if plan.form == "tile":
+            configs = []
+            for elements, warps in kernels.GPU_TILE_CONFIGS:
+                if (max(1, elements // plan.block_n), warps) not in configs:
+                    configs.append((max(1, elements // plan.block_n), warps))
+        else:
+            configs = kernels.GPU_CONFIGS["flat" if plan.form == "flat" else planned.ir.kind]
+        for config in configs:
+            k = asm.compile_for_cuda(planned.ir, tensors, config=config)
+            rows.append({"case": case.name, "kernel": k.name, **k.summary()})
+            print(json.dumps(rows[-1]))
+    return rows
+
+
+def asm_table(rows: list[dict]) -> str:
+    head = ("case", "form", "config", "loads vector/scalar", "stores vector/scalar", "int div", "SASS per element",
+            "registers")
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        lines.append(" | ".join([r["case"], r["form"], str(tuple(r["config"])),
+                                 f"{r['vector_loads']}/{r['scalar_loads']}", f"{r['vector_stores']}/{r['scalar_stores']}",
+                                 str(r["int_divisions"]), f"{r['per_element']:.1f}", str(r["registers"])]))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--cases", default=",".join(c.name for c in CASES))
     parser.add_argument("--repeats", type=int, default=5, help="do_bench runs per variant (median of medians)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, Triton's interpreter, no timing")
+    parser.add_argument("--asm", action="store_true", help="no GPU needed: the sm_90 code of each case's kernel")
     args = parser.parse_args(argv)
+    if args.asm:
+        import triton
+
+        wanted = [c for c in CASES if c.name in args.cases.split(",")]
+        rows = asm_rows(wanted)
+        print(asm_table(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"triton": triton.__version__, "arch": "sm_90", "rows": rows}, f, indent=1)
+        return 0
     dry = args.dry_run or not torch.cuda.is_available()
     if dry:
         import triton

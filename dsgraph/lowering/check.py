@@ -5,7 +5,10 @@ kernel runs. ``check_region`` therefore runs it once, on small random inputs sha
 the region's (same ranks, same broadcast dims, same memory order, every size cut to a few
 elements), next to the region's own aten ops run eagerly, and raises
 ``KernelMismatch`` when they differ (fp32: ``||k - e|| / ||e|| <= 1e-5``; bf16/fp16: 1e-2,
-a sanity bound, not the accuracy claim, which the tests make with the bf16 rule)::
+a sanity bound, not the accuracy claim, which the tests make with the bf16 rule). The
+op runs the entry point the launcher picks for the sample; every other entry point that
+can take the sample runs too (``kernels.launch_plan``: the flat and general pointwise
+kernels, the one-tile and general reductions), since real inputs may pick another::
 
     check_region(region, binding, compiled)   # raises KernelCompileError / KernelMismatch
 """
@@ -17,6 +20,7 @@ from torch.fx import Node
 
 from dsgraph import compat
 
+from . import kernels
 from .kernel_ir import Binding
 from .kernels import CompiledKernel, KernelCompileError
 from .regions import Region
@@ -129,17 +133,49 @@ def check_region(region: Region, binding: Binding, compiled: CompiledKernel) -> 
     return compiled.checked[key]
 
 
+def _other_forms(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list) -> list[str]:
+    """The entry points besides the launcher's choice that could run these inputs."""
+    full, outs = kernels.allocate_outputs(compiled.ir, tensors)
+    chosen = kernels.launch_plan(compiled.ir, tensors, outs, full, scalars).form
+    others = []
+    for form in compiled.forms:
+        if form == chosen:
+            continue
+        try:
+            kernels.launch_plan(compiled.ir, tensors, outs, full, scalars, form)
+        except ValueError:
+            continue
+        others.append(form)
+    return others
+
+
 def _check(region: Region, binding: Binding, compiled: CompiledKernel) -> float:
+    """The op (the entry point the launcher picks, autotuned), then every other entry point
+    that can run these inputs, with ``kernels.check_config`` (the general kernel serves
+    layouts and widths the sample may not have), each against eager on the same inputs."""
     tensors, scalars = sample_inputs(region, binding)
     theirs = [t.clone() for t in tensors]
-    try:
-        got = compiled.op(*tensors, *scalars)
-    except Exception as e:  # Triton compiles at the first launch: this is where it fails
-        raise KernelCompileError(f"{compiled.name}: {type(e).__name__}: {e}") from e
-    got = [] if got is None else ([got] if isinstance(got, torch.Tensor) else list(got))
-    env = eager(region, binding, theirs, scalars)
+    env = eager(region, binding, [t.clone() for t in theirs], scalars)
+    worst = 0.0
+    for form in [None] + _other_forms(compiled, tensors, scalars):
+        mine = [t.clone() for t in theirs]  # in-place writes start from the same values
+        try:
+            if form is None:
+                got = compiled.op(*mine, *scalars)
+                got = [] if got is None else ([got] if isinstance(got, torch.Tensor) else list(got))
+            else:
+                got = kernels.launch(compiled, mine, scalars, config=kernels.check_config(compiled, form), form=form)
+        except Exception as e:  # Triton compiles at the first launch: this is where it fails
+            raise KernelCompileError(f"{compiled.name}{'' if form is None else f' ({form} form)'}: "
+                                     f"{type(e).__name__}: {e}") from e
+        worst = max(worst, _compare(region, binding, compiled, got, mine, env))
+    return worst
+
+
+def _compare(region: Region, binding: Binding, compiled: CompiledKernel, got: list, tensors: list,
+             env: dict) -> float:
     pairs = list(zip(got, [env[n] for n in region.outputs]))
-    pairs += [(tensors[binding.params.index(w.args[0])], theirs[binding.params.index(w.args[0])])
+    pairs += [(tensors[binding.params.index(w.args[0])], env[binding.params[binding.params.index(w.args[0])]])
               for w in region.writes]
     worst = 0.0
     for (g, e), name in zip(pairs, [n.name for n in region.outputs] + [w.name for w in region.writes]):

@@ -1,12 +1,26 @@
-"""Triton source for one region: one ``@triton.jit`` kernel, readable and deterministic.
+"""Triton source for one region: a module of ``@triton.jit`` kernels, readable and deterministic.
 
-The iteration space is 2-D: rows (every index of F but the last, flattened) by columns
-(F's last dimension N). Every tensor comes with its strides as arguments (0 where it is
-broadcast), so contiguous, transposed and broadcast inputs run the same kernel, and sizes
-(M rows, N columns, the leading sizes D1.. that unflatten a row index) are arguments, never
-constants: one compiled kernel serves every size.
+Each region's module has two entry points, the general one and a fast form for the common
+layout; the launcher (``kernels.launch_plan``) picks one per call:
 
-Pointwise kernels: each program computes one BLOCK_M x BLOCK_N tile (masked at the edges)::
+- pointwise: ``<name>_flat`` when every tensor is dense in one and the same layout (element
+  i of each at offset i: one 64-bit program offset, then contiguous ``tl.arange`` offsets
+  that the compiler turns into 16-byte vector loads and stores, no row arithmetic);
+  ``<name>``, the general kernel, for any layout (transposed, broadcast);
+- reductions: ``<name>_tile`` when a whole row fits one tile (the launcher passes BLOCK_N =
+  next_power_of_2(N) <= 4096): straight-line code, every input read once, BLOCK_M rows per
+  program; ``<name>``, the general kernel, for wider rows and for launches traced with a
+  symbolic N (a runtime branch between the one-tile body and a loop per level of
+  reductions).
+
+The general kernels' iteration space is 2-D: rows (every index of F but the last,
+flattened) by columns (F's last dimension N). Every tensor comes with its strides as
+arguments (0 where it is broadcast), so contiguous, transposed and broadcast inputs run the
+same kernel, and sizes (M rows, N columns, the leading sizes D1.. that unflatten a row
+index) are arguments, never constants: one compiled kernel serves every size. The launcher
+merges leading dimensions that every tensor walks in step (contiguous ones do), so D1.. are
+1 in the common case; Triton compiles an argument equal to 1 as the constant 1 and the
+``%``/``//`` that unflatten the row index fold away::
 
     pid = tl.program_id(0)
     col_blocks = (N + BLOCK_N - 1) // BLOCK_N
@@ -15,13 +29,20 @@ Pointwise kernels: each program computes one BLOCK_M x BLOCK_N tile (masked at t
     v0 = tl.load(in0_ptr + in0_row + cols * in0_s1, mask=mask, other=0).to(tl.float32)
     v1 = v0 * 0.5  # mul
 
-Reduction kernels: each program owns BLOCK_M rows. When a row fits one tile (``N <=
-BLOCK_N``, a runtime branch) the values are computed in graph order with the reductions
-inline, every input read once. Otherwise the program loops over the columns in BLOCK_N
-chunks, once per level of reductions (layer norm: the sum for the mean, the sum of squares
-about it, then the normalized output), accumulating per lane in fp32 and reducing the
-lanes after the loop; values are recomputed from loads in each loop that needs them, the
-first loops ask the cache to keep what they read (``evict_last``), the last one not to.
+Reductions loop over the columns in BLOCK_N chunks when a row is wider than a tile, once
+per level of reductions (layer norm: the sum for the mean, the sum of squares about it,
+then the normalized output), accumulating per lane in fp32 and reducing the lanes after
+the loop; values are recomputed from loads in each loop that needs them, the first loops
+ask the cache to keep what they read (``evict_last``), the last one not to.
+
+Targets: the source depends on where the kernel runs, and only there (``render(ir,
+target)`` is deterministic per target). fp32 -> bf16 is ``_to_bf16`` / ``_round_bf16``: on
+a GPU (``target="gpu"``) the hardware conversion (``cvt.rn.bf16``: round to nearest even,
+one instruction per two values); under Triton's interpreter (``target="interpreter"``),
+whose own conversion truncates, the same rounding done on the bits (about 13 integer
+instructions per value, which is why the GPU does not get that form). Both give eager's
+bits (tests/unit/test_lowering_codegen.py checks the bit form bitwise; the GPU tests the
+hardware one).
 """
 
 from __future__ import annotations
@@ -32,43 +53,78 @@ from .kernel_ir import KernelIR, Store, Value
 from .op_table import TL_DTYPE, compute_dtype
 
 INDENT = "    "
+TARGETS = ("gpu", "interpreter")
 
-# fp32 -> bf16 by bits, rounding to nearest even: the same on the GPU and under Triton's
-# interpreter, whose own conversion truncates (and flushes bf16 subnormals)
-BF16_HELPERS = [
-    "",
-    "@triton.jit",
-    "def _round_bf16(x):",
-    "    # x rounded to the nearest bfloat16 (ties to even), kept in fp32",
-    "    bits = x.to(tl.uint32, bitcast=True)",
-    "    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16",
-    "    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))",
-    "",
-    "",
-    "@triton.jit",
-    "def _to_bf16(x):",
-    "    bits = _round_bf16(x).to(tl.uint32, bitcast=True) >> 16",
-    "    bits = tl.where(x != x, 0x7FC0, bits)",
-    "    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)",
-    "",
-]
+# entry points of a region's module: form -> suffix of the kernel name
+FORMS = {"pointwise": {"flat": "_flat", "general": ""}, "reduction": {"tile": "_tile", "general": ""}}
+
+# fp32 -> bf16, rounding to nearest even (eager's rounding), per target
+BF16_HELPERS = {
+    "gpu": [
+        "",
+        "@triton.jit",
+        "def _round_bf16(x):",
+        "    # x rounded to the nearest bfloat16 (ties to even: the hardware conversion), kept in fp32",
+        '    return x.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)',
+        "",
+        "",
+        "@triton.jit",
+        "def _to_bf16(x):",
+        '    return x.to(tl.bfloat16, fp_downcast_rounding="rtne")',
+        "",
+    ],
+    # Triton's interpreter truncates fp32 -> bf16 (and flushes bf16 subnormals): by bits
+    "interpreter": [
+        "",
+        "@triton.jit",
+        "def _round_bf16(x):",
+        "    # x rounded to the nearest bfloat16 (ties to even), kept in fp32",
+        "    bits = x.to(tl.uint32, bitcast=True)",
+        "    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16",
+        "    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))",
+        "",
+        "",
+        "@triton.jit",
+        "def _to_bf16(x):",
+        "    bits = _round_bf16(x).to(tl.uint32, bitcast=True) >> 16",
+        "    bits = tl.where(x != x, 0x7FC0, bits)",
+        "    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)",
+        "",
+    ],
+}
+
+# a value rounded to a storage type and kept in fp32 (op_table's casts): storing it as that
+# type stores the unrounded value with one conversion (rounding twice gives the same bits)
+_ROUNDED = {torch.bfloat16: "_round_bf16({0})", torch.float16: "{0}.to(tl.float16).to(tl.float32)"}
 
 
 def _stride_names(name: str, count: int) -> list[str]:
     return [f"{name}_s{i}" for i in range(count)]
 
 
-def kernel_arguments(ir: KernelIR) -> list[str]:
-    """The kernel's arguments in order (the launcher passes them in this order)."""
-    r = ir.rank
+def kernel_arguments(ir: KernelIR, form: str = "general") -> list[str]:
+    """The arguments of one entry point in order (the launcher passes them in this order),
+    without the constexpr block sizes."""
     args = [f"{l.name}_ptr" for l in ir.loads] + [f"{s.name}_ptr" for s in ir.stores]
     args += [f"a{i}" for i in range(ir.scalars)]
+    if form == "flat":
+        return args + ["NUMEL"]
+    r = ir.rank
     args += ["M", "N"] + [f"D{i}" for i in range(1, r - 1)]
     for l in ir.loads:
         args += _stride_names(l.name, r if l.space == "full" else r - 1)
     for s in ir.stores:
         args += _stride_names(s.name, r if s.space == "full" else r - 1)
     return args
+
+
+def block_arguments(ir: KernelIR, form: str = "general") -> list[str]:
+    """The constexpr block sizes of one entry point."""
+    return ["BLOCK"] if form == "flat" else ["BLOCK_M", "BLOCK_N"]
+
+
+def kernel_name(ir: KernelIR, form: str = "general") -> str:
+    return ir.name + FORMS[ir.kind][form]
 
 
 def _levels(ir: KernelIR) -> dict[str, int]:
@@ -82,11 +138,15 @@ def _levels(ir: KernelIR) -> dict[str, int]:
 
 
 class _Writer:
-    def __init__(self, ir: KernelIR):
+    def __init__(self, ir: KernelIR, target: str):
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
         self.ir = ir
+        self.target = target
         self.lines: list[str] = []
         self.values = {v.name: v for v in ir.values}
         self.loads = {l.name: l for l in ir.loads}
+        self.flat = False  # writing the flat entry point: one offset for every tensor
 
     def emit(self, line: str, depth: int = 1) -> None:
         self.lines.append(INDENT * depth + line)
@@ -96,7 +156,8 @@ class _Writer:
     def row_offsets(self, depth: int) -> None:
         r = self.ir.rank
         self.emit("r = rows.to(tl.int64)  # row index, 64-bit for the offsets below", depth)
-        # unflatten the row index into the leading dims i0 .. i{r-2}
+        # unflatten the row index into the leading dims i0 .. i{r-2} (D1.. are 1 when the
+        # launcher merged the leading dims: Triton then folds the % and // away)
         if r == 2:
             self.emit("i0 = r", depth)
         else:
@@ -118,7 +179,9 @@ class _Writer:
         dtype = self.ir.params[load.param].dtype
         last = self.ir.rank - 1
         evict = f', eviction_policy="{eviction}"' if eviction else ""
-        if load.space == "full":
+        if self.flat:
+            ptr, mask = f"{load.name}_ptr + start + offs", "mask"
+        elif load.space == "full":
             ptr, mask = f"{load.name}_ptr + {load.name}_row + cols * {load.name}_s{last}", "mask"
         else:
             ptr, mask = f"{load.name}_ptr + {load.name}_row", "row_mask"
@@ -131,16 +194,25 @@ class _Writer:
             text = text.replace("{%d}" % i, a)
         self.emit(f"{v.name} = {text}  # {v.label}", depth)
 
-    def store(self, s: Store, depth: int) -> None:
+    def stored(self, s: Store) -> str:
+        """The expression a store writes: the value converted to the stored type (a value
+        the graph already rounded to that type is converted from before its rounding)."""
         value = self.values[s.value]
         if value.dtype == s.dtype:
-            text = s.value
-        elif s.dtype == torch.bfloat16:
-            text = f"_to_bf16({s.value})"
-        else:
-            text = f"{s.value}.to({TL_DTYPE[s.dtype]})"
+            return s.value
+        if value.op == "expr" and value.expr == _ROUNDED.get(s.dtype) and \
+                self.values[value.args[0]].dtype == torch.float32:
+            value = self.values[value.args[0]]
+        if s.dtype == torch.bfloat16:
+            return f"_to_bf16({value.name})"
+        return f"{value.name}.to({TL_DTYPE[s.dtype]})"
+
+    def store(self, s: Store, depth: int) -> None:
+        text = self.stored(s)
         last = self.ir.rank - 1
-        if s.space == "full":
+        if self.flat:
+            self.emit(f"tl.store({s.name}_ptr + start + offs, {text}, mask=mask)", depth)
+        elif s.space == "full":
             self.emit(f"tl.store({s.name}_ptr + {s.name}_row + cols * {s.name}_s{last}, {text}, mask=mask)", depth)
         else:
             self.emit(f"tl.store({s.name}_ptr + {s.name}_row, {text}, mask=row_mask)", depth)
@@ -155,10 +227,41 @@ class _Writer:
         self.lines.append("# outputs: " + ", ".join(
             f"{s.name} {str(s.dtype).replace('torch.', '')} ({s.space}{', in place' if s.param is not None else ''})"
             for s in ir.stores))
+        forms = ", ".join(kernel_name(ir, f) for f in FORMS[ir.kind])
+        self.lines.append(f"# entry points: {forms} (kernels.launch_plan picks one per launch)")
+        how = ("the GPU's conversion" if self.target == "gpu" else "bits (the interpreter's conversion truncates)")
+        self.lines.append(f"# target: {self.target} (fp32 -> bf16 rounds to nearest even by {how})")
 
-    # ---- kernels --------------------------------------------------------------------------
+    def header(self, form: str) -> None:
+        self.lines += ["", "@triton.jit"]
+        args = kernel_arguments(self.ir, form) + [f"{b}: tl.constexpr" for b in block_arguments(self.ir, form)]
+        self.lines.append(f"def {kernel_name(self.ir, form)}(")
+        for a in args:
+            self.emit(f"{a},")
+        self.lines.append("):")
+
+    # ---- pointwise ------------------------------------------------------------------------
+
+    def body(self, depth: int) -> None:
+        for v in self.ir.values:
+            if v.op == "load":
+                self.load(v, depth, None)
+            else:
+                self.expr(v, depth)
+        for s in self.ir.stores:
+            self.store(s, depth)
+
+    def pointwise_flat(self) -> None:
+        self.flat = True
+        self.emit('"""Every tensor dense in one layout: element i of each at offset i."""')
+        self.emit("start = tl.program_id(0).to(tl.int64) * BLOCK  # 64-bit: NUMEL may pass 2**31")
+        self.emit("offs = tl.arange(0, BLOCK)  # contiguous: vector loads and stores")
+        self.emit("mask = offs < NUMEL - start")
+        self.body(1)
+        self.flat = False
 
     def pointwise(self) -> None:
+        self.emit('"""Any layout: one BLOCK_M x BLOCK_N tile of rows x columns per program."""')
         self.emit("pid = tl.program_id(0)")
         self.emit("col_blocks = (N + BLOCK_N - 1) // BLOCK_N")
         self.emit("rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
@@ -166,20 +269,25 @@ class _Writer:
         self.emit("row_mask = rows < M")
         self.emit("mask = row_mask & (cols < N)")
         self.row_offsets(1)
-        for v in self.ir.values:
-            if v.op == "load":
-                self.load(v, 1, None)
-            else:
-                self.expr(v, 1)
-        for s in self.ir.stores:
-            self.store(s, 1)
+        self.body(1)
 
-    def reduction(self) -> None:
+    # ---- reductions -----------------------------------------------------------------------
+
+    def reduction_start(self) -> None:
         self.emit("pid = tl.program_id(0)")
         self.emit("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
         self.emit("row_mask = rows < M")
         self.emit("cols0 = tl.arange(0, BLOCK_N)[None, :]")
         self.row_offsets(1)
+
+    def reduction_tile(self) -> None:
+        self.emit('"""N <= BLOCK_N: BLOCK_M whole rows per program, every input read once."""')
+        self.reduction_start()
+        self.one_tile(1)
+
+    def reduction(self) -> None:
+        self.emit('"""Any row width: one tile per row when N <= BLOCK_N, else a loop per level of reductions."""')
+        self.reduction_start()
         self.emit("if N <= BLOCK_N:")
         self.emit("# the whole row in one tile: every input is read once", 2)
         self.one_tile(2)
@@ -191,10 +299,8 @@ class _Writer:
         if r.op == "sum":
             self.emit(f"{r.name} = tl.reduce({tile}, 1, _add)[:, None]  # {r.label}", depth)
         else:
+            # _max propagates NaN, as torch.amax
             self.emit(f"{r.name} = tl.reduce({tile}, 1, _max)[:, None]  # {r.label}", depth)
-            # NaN wins, as in torch.amax
-            self.emit(f'{r.name} = tl.where(tl.reduce(({tile} != {tile}).to(tl.int32), 1, _add)[:, None] > 0, '
-                      f'float("nan"), {r.name})', depth)
 
     def one_tile(self, depth: int) -> None:
         """N <= BLOCK_N: the values in graph order, reductions inline."""
@@ -297,25 +403,30 @@ class _Writer:
         self.lines += ["", "import triton", "import triton.language as tl", ""]
         if self.ir.kind == "reduction":
             # combine functions for tl.reduce (tl.sum / tl.max are triton.language's own @jit
-            # helpers, which the interpreter runs only when it was on before triton's import)
+            # helpers, which the interpreter runs only when it was on before triton's import);
+            # _max propagates NaN as torch.amax does (one max.NaN instruction on the GPU)
             self.lines += ["", "@triton.jit", "def _add(a, b):", "    return a + b", "", "",
-                           "@triton.jit", "def _max(a, b):", "    return tl.maximum(a, b)", ""]
+                           "@triton.jit", "def _max(a, b):",
+                           "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)", ""]
         if any("_round_bf16(" in v.expr for v in self.ir.values) or any(
                 s.dtype == torch.bfloat16 and self.values[s.value].dtype != s.dtype for s in self.ir.stores):
-            self.lines += BF16_HELPERS
-        self.lines += ["", "@triton.jit"]
-        args = kernel_arguments(self.ir) + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-        self.lines.append(f"def {self.ir.name}(")
-        for a in args:
-            self.emit(f"{a},")
-        self.lines.append("):")
+            self.lines += BF16_HELPERS[self.target]
         if self.ir.kind == "pointwise":
+            self.header("flat")
+            self.pointwise_flat()
+            self.lines.append("")
+            self.header("general")
             self.pointwise()
         else:
+            self.header("tile")
+            self.reduction_tile()
+            self.lines.append("")
+            self.header("general")
             self.reduction()
         return "\n".join(self.lines) + "\n"
 
 
-def render(ir: KernelIR) -> str:
-    """The Triton source of ``ir``'s kernel (a module defining one function, ``ir.name``)."""
-    return _Writer(ir).render()
+def render(ir: KernelIR, target: str) -> str:
+    """The Triton source of ``ir``'s kernels for ``target`` ("gpu" or "interpreter"): a
+    module defining the entry points of ``FORMS[ir.kind]`` (``kernel_name(ir, form)``)."""
+    return _Writer(ir, target).render()

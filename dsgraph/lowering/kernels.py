@@ -1,12 +1,14 @@
 """Region kernels as torch ops: compiled once per signature, launched through ``wrap_triton``.
 
-``compile_kernel(ir)`` writes the kernel's source to a file (Triton reads kernels' source),
-imports it, wraps it in a small ``triton.autotune`` over tile sizes and warps, and registers
-a ``torch.library.triton_op`` ``dsgraph_triton::<kernel name>`` whose implementation
+``compile_kernel(ir)`` writes the kernel's source for this process's target (GPU or Triton's
+interpreter) to a file (Triton reads kernels' source), imports it, and registers a
+``torch.library.triton_op`` ``dsgraph_triton::<kernel name>`` whose implementation
 launches it through ``wrap_triton``, with a fake implementation that gives the outputs'
 shapes, dtypes and strides. FX execution calls the op; Inductor sees the Triton kernel.
-The cache key is the kernel's signature (ops, constants, dtypes, broadcast pattern,
-rank), never the sizes::
+Each launch picks one of the module's entry points (``launch_plan``: flat pointwise,
+one-tile reduction, or the general kernel) and runs it through a small ``triton.autotune``
+over block sizes and warps. The cache key is the kernel's signature (ops, constants,
+dtypes, broadcast pattern, rank), never the sizes::
 
     kernel = compile_kernel(ir)           # the same object for every region with this signature
     out0, out1 = kernel.op(x, w, b)       # torch.ops.dsgraph_triton.dsg_red_1a2b3c4d5e6f
@@ -28,7 +30,9 @@ from typing import Any, Callable
 
 import torch
 
-from .codegen import render
+from dsgraph import compat
+
+from .codegen import FORMS, kernel_name, render
 from .kernel_ir import KernelIR
 
 NAMESPACE = "dsgraph_triton"
@@ -42,16 +46,29 @@ class KernelCompileError(RuntimeError):
     """Triton could not compile (or run) a region's kernel."""
 
 
-# (BLOCK_M, BLOCK_N, num_warps). On the GPU the autotuner times each for every new (M, N);
-# under TRITON_INTERPRET there is nothing to time, so two small tiles (which also make the
-# CPU tests cross block edges and loop over columns) are tried with a wall clock.
+# Autotuning. On the GPU the autotuner times each config for every new (M, N); under
+# TRITON_INTERPRET there is nothing to time, so two small tiles (which also make the CPU
+# tests cross block edges and loop over columns) are tried with a wall clock.
+# flat pointwise: (BLOCK, num_warps); 8 to 32 elements per thread (16-byte vectors for
+# 2-byte types); Inductor's own pointwise configs for these sizes are XBLOCK 1024 with 4
+# warps and 512 with 8.
+# general pointwise and reductions: (BLOCK_M, BLOCK_N, num_warps).
 GPU_CONFIGS = {
+    "flat": [(1024, 4), (2048, 4), (4096, 8), (4096, 4)],
     "pointwise": [(1, 1024, 4), (1, 4096, 8), (8, 128, 4), (32, 32, 4), (128, 8, 4)],
-    "reduction": [(1, 1024, 4), (1, 4096, 8), (4, 256, 4), (16, 64, 4), (64, 16, 4)],
+    "reduction": [(1, 1024, 4), (1, 4096, 8), (1, 4096, 16), (4, 256, 4), (16, 64, 4), (64, 16, 4)],
 }
+# one-tile reductions: BLOCK_N = next_power_of_2(N) (from the launcher), and per config
+# (elements per program, num_warps) -> BLOCK_M = max(1, elements // BLOCK_N) rows per
+# program: several rows only when rows are short. For N = 4096: one row with 4, 8 or 16
+# warps (Inductor's persistent reduction for 4096 columns: one row, 8 warps).
+GPU_TILE_CONFIGS = [(1024, 4), (2048, 8), (4096, 8), (4096, 16)]
+MAX_TILE_N = 4096  # widest row a one-tile reduction holds in registers (Inductor's limit too)
 INTERPRETER_CONFIGS = {
+    "flat": [(16, 1), (32, 1)],
     "pointwise": [(2, 16, 1), (4, 8, 1)],
     "reduction": [(2, 16, 1), (1, 8, 1)],
+    "tile": [(2, 1), (1, 1)],  # (BLOCK_M, num_warps)
 }
 
 
@@ -79,24 +96,78 @@ def _wall_clock_bench(fn: Callable[[], Any], quantiles=None, **_: Any):
     return [ms] * len(quantiles) if quantiles else ms
 
 
+def target() -> str:
+    """What generated kernels are compiled for in this process: "interpreter" or "gpu"
+    (codegen's source differs between the two: see ``codegen.render``)."""
+    return "interpreter" if interpreting() else "gpu"
+
+
 @dataclass
 class CompiledKernel:
     ir: KernelIR
     source: str
-    kernel: Any  # the autotuned Triton kernel
-    jit: Any  # the bare @triton.jit function
+    target: str  # "gpu" or "interpreter": what the source was written for
+    module: Any  # the imported source: one @triton.jit function per form
     op: Any  # torch.ops.dsgraph_triton.<name>.default
-    configs: list
+    tuners: dict = field(default_factory=dict)  # (form, tile BLOCK_N or None) -> autotuned kernel
     checked: dict = field(default_factory=dict)  # input layouts checked against eager -> error
+    last: tuple | None = None  # (form, autotuned kernel) of the latest launch (benchmarks)
 
     @property
     def name(self) -> str:
         return self.ir.name
 
+    @property
+    def forms(self) -> list[str]:
+        return list(FORMS[self.ir.kind])
 
-# (interpreted?, signature) -> kernel: a process that runs both the interpreter and the GPU
-# (the test suite on a GPU machine) keeps the two kernels apart
-_CACHE: dict[tuple[bool, str], CompiledKernel] = {}
+    def jit(self, form: str = "general"):
+        """The bare @triton.jit function of one entry point."""
+        return getattr(self.module, kernel_name(self.ir, form))
+
+    def configs(self, form: str = "general", block_n: int | None = None) -> list:
+        """The autotuner's configs for a form (a one-tile reduction's depend on its BLOCK_N)."""
+        import triton
+
+        interp = self.target == "interpreter"
+        if form == "tile":
+            if interp:
+                table = INTERPRETER_CONFIGS["tile"]
+            else:
+                table = []
+                for elements, warps in GPU_TILE_CONFIGS:
+                    pair = (max(1, elements // block_n), warps)
+                    if pair not in table:
+                        table.append(pair)
+            configs = [triton.Config({"BLOCK_M": m}, num_warps=w) for m, w in table]
+        elif form == "flat":
+            table = (INTERPRETER_CONFIGS if interp else GPU_CONFIGS)["flat"]
+            configs = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in table]
+        else:
+            table = (INTERPRETER_CONFIGS if interp else GPU_CONFIGS)[self.ir.kind]
+            configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w) for m, n, w in table]
+        if any(s.param is not None for s in self.ir.stores):
+            # a kernel that reads and writes a tensor (slot += g) must not run twice for timing
+            configs = configs[:1]
+        return configs
+
+    def tuner(self, form: str = "general", block_n: int | None = None):
+        """The autotuned kernel of one form (one per tile width for one-tile reductions),
+        keyed on (M, N): made at its first launch."""
+        import triton
+
+        key = (form, block_n)
+        if key not in self.tuners:
+            configs = self.configs(form, block_n)
+            kwargs = {"do_bench": _wall_clock_bench} if self.target == "interpreter" and len(configs) > 1 else {}
+            sizes = ["NUMEL"] if form == "flat" else ["M", "N"]
+            self.tuners[key] = triton.autotune(configs=configs, key=sizes, **kwargs)(self.jit(form))
+        return self.tuners[key]
+
+
+# (target, signature) -> kernel: a process that runs both the interpreter and the GPU (the
+# test suite on a GPU machine) keeps the two kernels apart
+_CACHE: dict[tuple[str, str], CompiledKernel] = {}
 _BY_OP: dict[object, CompiledKernel] = {}  # its op (OpOverload) -> kernel
 
 
@@ -110,14 +181,19 @@ def cache_info() -> dict[str, str]:
     return {hashlib.sha256(sig.encode()).hexdigest()[:12]: k.name for (_, sig), k in _CACHE.items()}
 
 
-def _load_module(name: str, source: str):
-    path = os.path.join(kernel_dir(), f"{name}.py")
+def source_path(name: str, target: str) -> str:
+    """Where a kernel's source is written (one file per target: the sources differ)."""
+    return os.path.join(kernel_dir(), f"{name}{'_interpreted' if target == 'interpreter' else ''}.py")
+
+
+def _load_module(name: str, target: str, source: str):
+    path = source_path(name, target)
     if not os.path.exists(path) or open(path).read() != source:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             f.write(source)
         os.replace(tmp, path)  # atomic: another process may be writing the same kernel
-    module_name = f"dsgraph_triton_kernels.{name}"
+    module_name = f"dsgraph_triton_kernels.{os.path.basename(path)[:-3]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -125,35 +201,23 @@ def _load_module(name: str, source: str):
     return module
 
 
-def _autotuned(jit_fn, kind: str, in_place: list[str]):
-    import triton
-
-    table = INTERPRETER_CONFIGS if interpreting() else GPU_CONFIGS
-    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w) for m, n, w in table[kind]]
-    if in_place:
-        # a kernel that reads and writes a tensor (slot += g) must not run twice for timing
-        configs = configs[:1]
-    kwargs = {"do_bench": _wall_clock_bench} if interpreting() and len(configs) > 1 else {}
-    return triton.autotune(configs=configs, key=["M", "N"], **kwargs)(jit_fn), configs
-
-
 def compile_kernel(ir: KernelIR, fail: bool = False) -> CompiledKernel:
     """The kernel and op for ``ir`` (cached by signature). ``fail``: raise as a Triton
     compile failure would (the failure-injection hook of the lowering pass's tests)."""
     if fail:
         raise KernelCompileError(f"{ir.name}: injected compile failure (fail_regions)")
-    key = (interpreting(), ir.signature())
+    where = target()
+    key = (where, ir.signature())
     if key in _CACHE:
         return _CACHE[key]
-    source = render(ir)
+    source = render(ir, where)
     try:
-        module = _load_module(ir.name, source)
-        jit_fn = getattr(module, ir.name)
+        module = _load_module(ir.name, where, source)
+        for form in FORMS[ir.kind]:
+            getattr(module, kernel_name(ir, form))
     except Exception as e:  # a syntax error in generated source is a compile failure
         raise KernelCompileError(f"{ir.name}: {type(e).__name__}: {e}") from e
-    in_place = [s.name for s in ir.stores if s.param is not None]
-    kernel, configs = _autotuned(jit_fn, ir.kind, in_place)
-    compiled = CompiledKernel(ir, source, kernel, jit_fn, None, configs)
+    compiled = CompiledKernel(ir, source, where, module, None)
     compiled.op = _register_op(compiled)
     _CACHE[key] = compiled
     _BY_OP[compiled.op] = compiled
@@ -206,73 +270,174 @@ def allocate_outputs(ir: KernelIR, tensors: list[torch.Tensor]) -> tuple[tuple, 
     return full, outs
 
 
-def _flat(ir: KernelIR, tensors: list[torch.Tensor], outs: list[torch.Tensor], full: tuple) -> bool:
-    """A pointwise kernel whose every tensor is contiguous with shape F runs over a 1 x numel
-    index space: no row arithmetic, one long contiguous run per program."""
-    if ir.kind != "pointwise" or any(l.space != "full" for l in ir.loads):
-        return False
-    used = [tensors[l.param] for l in ir.loads] + outs
-    return all(tuple(t.shape) == tuple(full) and t.is_contiguous() for t in used)
+def _is_one(x) -> bool:
+    return compat.statically_equal(x, 1)
 
 
-def launch_arguments(ir: KernelIR, tensors: list[torch.Tensor], outs: list[torch.Tensor], full: tuple,
-                     scalars: list) -> tuple[list, int, int]:
-    """Arguments in ``codegen.kernel_arguments`` order, and M, N."""
+def _dense(sizes: list, strides: list) -> bool:
+    """Do these strides lay ``sizes`` out without gaps or overlaps (in some dim order)?
+    Decided without guards: a symbolic size or stride that is not known says no."""
+    dims = [d for d in range(len(sizes)) if not _is_one(sizes[d])]
+    dims.sort(key=lambda d: compat.size_hint(strides[d]))
+    step = 1
+    for d in dims:
+        if not compat.statically_equal(strides[d], step):
+            return False
+        step = step * sizes[d]
+    return True
+
+
+def _merge_rows(sizes: list, strides: list[list]) -> tuple[list, list[list]]:
+    """Merge leading dims that every tensor walks in step (stride of the outer dim = stride
+    of the inner one times its size; contiguous tensors, stride-0 broadcasts), as
+    TensorIterator does. The merged dims come first, then dims of size 1 (stride 0), so the
+    kernel's D1.. are 1 when everything merges into one row index::
+
+        sizes [8, 1024], strides [[1024*N, N], [0, 0]]  ->  [8192, 1], [[N, 0], [0, 0]]
+    """
+    merged: list[list] = []  # innermost first: [size, [stride per tensor]]
+    for d in reversed(range(len(sizes))):
+        if _is_one(sizes[d]):
+            continue
+        column = [s[d] for s in strides]
+        if merged and all(compat.statically_equal(c, inner * merged[-1][0])
+                          for c, inner in zip(column, merged[-1][1])):
+            merged[-1][0] = merged[-1][0] * sizes[d]
+        else:
+            merged.append([sizes[d], column])
+    merged.reverse()
+    pad = len(sizes) - len(merged)
+    new_sizes = [m[0] for m in merged] + [1] * pad
+    new_strides = [[m[1][i] for m in merged] + [0] * pad for i in range(len(strides))]
+    return new_sizes, new_strides
+
+
+@dataclass
+class LaunchPlan:
+    """One launch: which entry point, its arguments (``codegen.kernel_arguments`` order),
+    the sizes the grid is made from, and a one-tile reduction's BLOCK_N."""
+
+    kind: str  # the kernel's: "pointwise" or "reduction"
+    form: str
+    args: list
+    m: Any  # rows (flat: 1)
+    n: Any  # columns (flat: every element)
+    block_n: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute (a reduction over empty rows still writes its row outputs)."""
+        if self.kind == "reduction":
+            return not self.m > 0
+        return not (self.m > 0 and self.n > 0)
+
+
+def _strides(ir: KernelIR, tensors: list[torch.Tensor], outs: list[torch.Tensor], full: tuple) -> list[list]:
+    """Per load then per store: its strides over F padded to the kernel's rank (full
+    tensors: every dim; per-row tensors: the leading dims)."""
     r = ir.rank
-    if _flat(ir, tensors, outs, full):
-        numel = math.prod(full)
-        sizes = [1] * (r - 1) + [numel]
-        load_strides = [[0] * (r - 1) + [1] for _ in ir.loads]
-        store_strides = [[0] * (r - 1) + [1] for _ in ir.stores]
-    else:
-        padded = (1,) * (r - len(full)) + tuple(full)
-        sizes = list(padded)
-        load_strides = []
-        for l in ir.loads:
-            t = tensors[l.param]
-            if l.space == "full":
-                load_strides.append(list(_pad(t.expand(full), r).stride()))
-            else:
-                load_strides.append(list(_pad(t.expand(full[:-1] + (1,)), r).stride())[:-1])
-        store_strides = []
-        for s, out in zip(ir.stores, outs):
-            if s.space == "full":
-                store_strides.append(list(_pad(out, r).stride()))
-            elif s.space == "row":
-                store_strides.append(list(_pad(out, r).stride())[:-1])
-            else:
-                store_strides.append(list(_pad(out.unsqueeze(-1), r).stride())[:-1])
-    m, n = math.prod(sizes[:-1]), sizes[-1]
-    args = [tensors[l.param] for l in ir.loads] + list(outs) + list(scalars)
-    args += [m, n] + sizes[1:-1]
-    for strides in load_strides + store_strides:
-        args += strides
-    return args, m, n
+    out = []
+    for l in ir.loads:
+        t = tensors[l.param]
+        if l.space == "full":
+            out.append(list(_pad(t.expand(full), r).stride()))
+        else:
+            out.append(list(_pad(t.expand(full[:-1] + (1,)), r).stride())[:-1])
+    for s, o in zip(ir.stores, outs):
+        if s.space == "full":
+            out.append(list(_pad(o, r).stride()))
+        elif s.space == "row":
+            out.append(list(_pad(o, r).stride())[:-1])
+        else:
+            out.append(list(_pad(o.unsqueeze(-1), r).stride())[:-1])
+    return out
+
+
+def launch_plan(ir: KernelIR, tensors: list[torch.Tensor], outs: list[torch.Tensor], full: tuple,
+                scalars: list, form: str | None = None) -> LaunchPlan:
+    """The entry point for these tensors (``form`` forces one, if it applies) and its
+    arguments: ``flat`` when every tensor is dense in one and the same layout; ``tile``
+    when a reduction's rows (N <= MAX_TILE_N, a concrete int) fit one tile; else
+    ``general``, whose leading dims are merged where every tensor allows it."""
+    r = ir.rank
+    padded = list((1,) * (r - len(full)) + tuple(full))
+    strides = _strides(ir, tensors, outs, full)
+    pointers = [tensors[l.param] for l in ir.loads] + list(outs)
+    if ir.kind == "pointwise" and form in (None, "flat"):
+        if all(l.space == "full" for l in ir.loads) and all(
+                len(s) == r and all(compat.statically_equal(a, b) for a, b in zip(s, strides[0])) for s in strides) \
+                and _dense(padded, strides[0]):
+            numel = math.prod(padded)
+            return LaunchPlan(ir.kind, "flat", pointers + list(scalars) + [numel], 1, numel)
+        if form == "flat":
+            raise ValueError(f"{ir.name}: the flat form needs every tensor dense in one layout")
+    n = padded[-1]
+    block_n = None
+    if ir.kind == "reduction" and form in (None, "tile"):
+        if isinstance(n, int) and n <= MAX_TILE_N:
+            block_n = _next_power_of_2(max(n, 1))
+        elif form == "tile":
+            raise ValueError(f"{ir.name}: the one-tile form needs N <= {MAX_TILE_N} known, got {n}")
+    if form is not None and form not in FORMS[ir.kind]:
+        raise ValueError(f"{ir.name}: no form {form!r} (forms: {list(FORMS[ir.kind])})")
+    sizes, lead = _merge_rows(padded[:-1], [s[: r - 1] for s in strides])
+    m = math.prod(sizes)
+    args = pointers + list(scalars) + [m, n] + sizes[1:]
+    for s, merged in zip(strides, lead):
+        args += merged + s[r - 1:]  # a full tensor's column stride after its leading ones
+    return LaunchPlan(ir.kind, "tile" if block_n is not None else "general", args, m, n, block_n)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+def check_config(compiled: CompiledKernel, form: str) -> tuple:
+    """The config ``check.check_region`` runs a form with besides the autotuned launch, as
+    ``launch`` takes it (block sizes, then num_warps): the first of the form, except for
+    general reductions the narrowest tile, so that the sample's rows (37 columns) run the
+    loops."""
+    interp = compiled.target == "interpreter"
+    if form == "tile":
+        return INTERPRETER_CONFIGS["tile"][0] if interp else (1, GPU_TILE_CONFIGS[0][1])
+    table = (INTERPRETER_CONFIGS if interp else GPU_CONFIGS)["flat" if form == "flat" else compiled.ir.kind]
+    if compiled.ir.kind == "reduction":
+        return min(table, key=lambda c: c[1])
+    return table[0]
 
 
 def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list,
-           config: tuple[int, int, int] | None = None) -> list[torch.Tensor]:
+           config: tuple | None = None, form: str | None = None) -> list[torch.Tensor]:
     """Run the kernel; returns the fresh outputs (tensors written in place are not returned).
-    ``config``: (BLOCK_M, BLOCK_N, num_warps) instead of the autotuner's choice (tests,
-    benchmarks)."""
-    from torch.library import wrap_triton
+    ``form``: that entry point instead of the launcher's choice; ``config``: instead of the
+    autotuner's choice (tests, benchmarks): flat (BLOCK, num_warps), tile (BLOCK_M,
+    num_warps), general (BLOCK_M, BLOCK_N, num_warps)."""
     import triton
+    from torch.library import wrap_triton
 
     ir = compiled.ir
     full, outs = allocate_outputs(ir, tensors)
-    args, m, n = launch_arguments(ir, tensors, outs, full, scalars)
-    if m > 0 and (n > 0 or ir.kind == "reduction"):
-        if ir.kind == "pointwise":
+    plan = launch_plan(ir, tensors, outs, full, scalars, form)
+    if not plan.empty:
+        m, n = plan.m, plan.n
+        if plan.form == "flat":
+            def grid(meta):
+                return (triton.cdiv(n, meta["BLOCK"]),)
+        elif ir.kind == "pointwise":
             def grid(meta):
                 return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
         else:
             def grid(meta):
                 return (triton.cdiv(m, meta["BLOCK_M"]),)
+        extra = {"BLOCK_N": plan.block_n} if plan.form == "tile" else {}
         if config is None:
-            wrap_triton(compiled.kernel)[grid](*args)
+            kernel = compiled.tuner(plan.form, plan.block_n)
+            compiled.last = (plan.form, kernel)
+            wrap_triton(kernel)[grid](*plan.args, **extra)
         else:
-            block_m, block_n, warps = config
-            compiled.jit[grid](*args, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+            *blocks, warps = config
+            names = {"flat": ["BLOCK"], "tile": ["BLOCK_M"], "general": ["BLOCK_M", "BLOCK_N"]}[plan.form]
+            compiled.jit(plan.form)[grid](*plan.args, **dict(zip(names, blocks)), **extra, num_warps=warps)
     return [o for o, s in zip(outs, ir.stores) if s.param is None]
 
 
@@ -316,7 +481,7 @@ def _register_op(compiled: CompiledKernel):
     impl.__name__ = ir.name
     fake.__signature__ = signature
     # an interpreted kernel's op gets its own name (see _CACHE)
-    op_name = ir.name + ("_interpreted" if interpreting() else "")
+    op_name = ir.name + ("_interpreted" if compiled.target == "interpreter" else "")
     name = f"{NAMESPACE}::{op_name}"
     op = torch.library.triton_op(name, impl, mutates_args=tuple(mutated))
     op.register_fake(fake)

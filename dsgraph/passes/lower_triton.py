@@ -164,7 +164,8 @@ def plan_lowering(gm: GraphModule, select: str | Callable[[Region], bool] = "tag
 def kernel_sources(plan: LoweringPlan) -> dict[str, str]:
     """One file per kernel of the plan's lowered regions (all selected before apply)."""
     chosen = plan.lowered if any(p.status != "planned" for p in plan.regions) else plan.regions
-    return {f"{p.kernel}.py": render(p.ir) for p in chosen}
+    where = kernels.target()  # the source the kernels run as here (GPU or interpreter)
+    return {f"{p.kernel}.py": render(p.ir, where) for p in chosen}
 
 
 def _fake_outputs(gm: GraphModule, op, args: list):

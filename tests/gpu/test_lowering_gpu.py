@@ -87,6 +87,78 @@ def test_generated_kernels_match_eager_on_cuda(fn, make, dtype):
             assert rmse(g, r) <= 2 * rmse(w, r) + 1e-3, node.name
 
 
+def _forms_that_apply(compiled, tensors):
+    full, outs = kernels.allocate_outputs(compiled.ir, tensors)
+    forms = []
+    for form in compiled.forms:
+        try:
+            kernels.launch_plan(compiled.ir, tensors, outs, full, [], form)
+        except ValueError:
+            continue
+        forms.append(form)
+    return forms
+
+
+@pytest.mark.parametrize("fn,make", CASES, ids=[c[0].__name__ for c in CASES])
+def test_every_entry_point_matches_eager_on_cuda(fn, make):
+    """Each entry point that can take the inputs (one-tile / general here; the flat form:
+    test_bf16_conversion_on_cuda_gives_eagers_bits), compiled for the GPU, against eager
+    (fp32 rule), on the cases' own layouts and on contiguous copies."""
+    example = make(torch.float32)
+    gm = make_fx(fn, tracing_mode="fake")(*example)
+    (region,) = find_regions(gm)
+    ir, binding = region_ir(region)
+    compiled = kernels.compile_kernel(ir)
+    assert compiled.target == "gpu" and "# target: gpu" in compiled.source
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    outputs = as_list(gm.graph.output_node().args[0])
+    ran = set()
+    for inputs in (make(torch.float32), [x.contiguous() for x in make(torch.float32)]):
+        tensors = [inputs[placeholders.index(p)] for p in binding.params]
+        with fp32_exact():
+            want = as_list(fn(*inputs))
+        for form in _forms_that_apply(compiled, tensors):
+            got = dict(zip(region.outputs, kernels.launch(compiled, tensors, [], form=form)))
+            for node, w in zip(outputs, want):
+                assert rel_err(got[node], w) <= 1e-5, (form, node.name)
+            ran.add(form)
+    # layer_norm_gelu: 1000 columns fit one tile; softmax_rms: 5001 do not; pointwise reads a
+    # per-row input (y: [777, 1]), which the flat form cannot index
+    assert ran == {"layer_norm_gelu": {"tile", "general"}, "softmax_rms": {"general"},
+                   "pointwise": {"general"}}[fn.__name__], ran
+
+
+def test_bf16_conversion_on_cuda_gives_eagers_bits():
+    """On the GPU the kernel converts fp32 -> bf16 with the hardware's round-to-nearest-even
+    (cvt.rn.bf16 in the PTX, no bit operations in the source): eager's bits for ties, inf,
+    huge and subnormal values, in both pointwise entry points."""
+    def fn(x):
+        y = x * 3
+        return y.to(torch.bfloat16), (y.to(torch.bfloat16).float() + 1).to(torch.bfloat16)
+
+    x = torch.randn(7, 45) * torch.logspace(-20, 20, 45)
+    x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e38, 2.0 ** -130, -0.0])
+    x[1, :4] = torch.tensor([1.00390625, 1.01171875, -1.00390625, 1.0078125 + 2 ** -8]) / 3
+    x = x.cuda()
+    gm = make_fx(fn, tracing_mode="fake")(x)
+    (region,) = find_regions(gm)
+    ir, binding = region_ir(region)
+    compiled = kernels.compile_kernel(ir)
+    assert "bitcast" not in compiled.source and 'fp_downcast_rounding="rtne"' in compiled.source
+    want = fn(x)
+    outputs = as_list(gm.graph.output_node().args[0])
+    for form in ("flat", "general"):
+        got = dict(zip(region.outputs, kernels.launch(compiled, [x], [], form=form)))
+        for node, w in zip(outputs, want):
+            g = got[node]
+            keep = ~torch.isnan(w)
+            assert torch.equal(g.view(torch.int16)[keep], w.view(torch.int16)[keep]), form
+            assert torch.equal(torch.isnan(g), torch.isnan(w))
+    jit = compiled.jit("flat")
+    ptx = [k.asm["ptx"] for cache in jit.device_caches.values() for k in cache[0].values()]
+    assert ptx and all("cvt.rn.bf16" in p for p in ptx)
+
+
 def test_training_step_as_fx_code_on_cuda():
     torch.manual_seed(1)
     model = GPT(CFG).cuda()

@@ -18,7 +18,7 @@ from torch.testing import FileCheck
 
 from dsgraph.lowering import kernels
 from dsgraph.lowering.check import rel_err
-from dsgraph.lowering.codegen import render
+from dsgraph.lowering.codegen import kernel_arguments, render
 from dsgraph.lowering.kernel_ir import region_ir
 from dsgraph.lowering.regions import find_regions
 
@@ -185,22 +185,38 @@ def test_reductions_fp32(fn, make):
     check_close(fn, inputs, run_kernel(gm, region, binding, compiled, inputs))
 
 
-@pytest.mark.parametrize("block_n", [64, 16, 8])
-def test_one_tile_and_looped_reductions_agree_with_eager(block_n):
-    """A reduction kernel has two forms: the whole row in one tile (N <= BLOCK_N, each input
-    read once) and a loop per level of reductions. The autotuner picks a tile size; here each
-    form runs with a fixed one (N = 37: one tile at 64, 3 and 5 chunks at 16 and 8)."""
+@pytest.mark.parametrize("form,block_n", [("tile", None), ("general", 64), ("general", 16), ("general", 8)])
+def test_each_reduction_form_agrees_with_eager(form, block_n):
+    """A reduction kernel has two entry points: the one-tile kernel (BLOCK_N =
+    next_power_of_2(N) from the launcher, every input read once) and the general kernel,
+    which takes the one-tile branch when N <= BLOCK_N and loops per level of reductions
+    otherwise. Here each runs with a fixed config (N = 37: one tile at 64, 3 and 5 chunks
+    at 16 and 8)."""
     for fn, make in [(layer_norm, lambda: [torch.randn(3, 5, 37) * 2 + 1, torch.randn(37), torch.randn(37)]),
                      (softmax, lambda: [torch.randn(4, 37) * 3]),
                      (unbiased_var_and_sums, lambda: [torch.randn(6, 37) + 3])]:
         gm, region, binding, compiled = only_region(fn, *make())
         inputs = make()
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        config = (2, 1) if form == "tile" else (2, block_n, 1)
         got = kernels.launch(compiled, [inputs[placeholders.index(p)] for p in binding.params], [],
-                             config=(2, block_n, 1))
+                             config=config, form=form)
         by_node = dict(zip(region.outputs, got))
         check_close(fn, inputs, [by_node[o] for o in graph_outputs(gm)])
     assert "if N <= BLOCK_N:" in compiled.source and "for start in range(0, N, BLOCK_N):" in compiled.source
+    assert f"def {compiled.name}_tile(" in compiled.source
+
+
+def test_launcher_picks_the_one_tile_form_up_to_the_widest_tile():
+    gm, region, binding, compiled = only_region(softmax, torch.randn(4, 37))
+    for n, form, block_n in [(37, "tile", 64), (1, "tile", 1), (kernels.MAX_TILE_N, "tile", kernels.MAX_TILE_N),
+                             (kernels.MAX_TILE_N + 1, "general", None)]:
+        x = torch.empty(3, n, device="meta")
+        full, outs = kernels.allocate_outputs(compiled.ir, [x])
+        plan = kernels.launch_plan(compiled.ir, [x], outs, full, [])
+        assert (plan.form, plan.block_n) == (form, block_n), n
+    x = torch.randn(3, 9)
+    assert rel_err(compiled.op(x), softmax(x)) <= 1e-6 and compiled.last[0] == "tile"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -262,23 +278,36 @@ def test_static_sizes_are_not_constants_either():
 def test_source_reads_well():
     gm, region, binding, compiled = only_region(layer_norm, torch.randn(3, 5, 41), torch.randn(41), torch.randn(41))
     src = compiled.source
-    assert src == render(compiled.ir)  # deterministic
+    assert compiled.target == "interpreter" and src == render(compiled.ir, "interpreter")  # deterministic
     compile(src, "kernel.py", "exec")  # parses
-    (FileCheck().check("# ops: var_mean").check("def _add(a, b):").check(f"def {compiled.name}(")
-     .check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
-     .check("if N <= BLOCK_N:").check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
-     .check("tl.store(out2_ptr").check("else:")
-     .check("# loop 1 of 3").check("for start in range(0, N, BLOCK_N):").check("acc0_")
+    (FileCheck().check("# ops: var_mean").check(f"# entry points: {compiled.name}_tile, {compiled.name} ")
+     .check("# target: interpreter").check("def _add(a, b):").check("def _max(a, b):")
+     # the one-tile kernel: straight-line, the reductions inline
+     .check(f"def {compiled.name}_tile(").check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
+     .check_not("for start in range").check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
+     .check("tl.store(out2_ptr")
+     # the general kernel: the same tile behind a runtime branch, then the loops
+     .check(f"def {compiled.name}(").check("if N <= BLOCK_N:").check("v1 = tl.reduce(t_v1, 1, _add)")
+     .check("else:").check("# loop 1 of 3").check("for start in range(0, N, BLOCK_N):").check("acc0_")
      .check("tl.reduce(acc0_").check(", 1, _add)").check("/ N  # mean").check("tl.store(out0_ptr + out0_row")
      .check("# loop 2 of 3").check("# loop 3 of 3").check('eviction_policy="evict_first"')
      .check("tl.store(out2_ptr").run(src))
     assert src.count("for start in range(0, N, BLOCK_N):") == 3
-    assert src.count("tl.load(in0_ptr") == 4  # once in the one-tile form, once per loop
+    assert src.count("tl.load(in0_ptr") == 5  # once per one-tile body, once per loop
     assert 'eviction_policy="evict_last"' in src  # the first loops keep the row cached
     # only Triton builtins: triton.language's @jit helpers are not interpreted unless the
     # interpreter was on when triton was imported
     for helper in ("tl.sum(", "tl.max(", "tl.sigmoid(", "tl.zeros(", "tl.cdiv("):
         assert helper not in src
+
+
+def test_pointwise_source_has_a_flat_and_a_general_entry_point():
+    gm, region, binding, compiled = only_region(lambda x, y: torch.exp(x) * y, torch.randn(3, 41), torch.randn(3, 41))
+    (FileCheck().check(f"def {compiled.name}_flat(").check("NUMEL,").check("BLOCK: tl.constexpr")
+     .check("start = tl.program_id(0).to(tl.int64) * BLOCK").check("offs = tl.arange(0, BLOCK)")
+     .check("tl.load(in0_ptr + start + offs, mask=mask").check("tl.store(out0_ptr + start + offs")
+     .check(f"def {compiled.name}(").check("BLOCK_M: tl.constexpr").check("cols * in0_s1").run(compiled.source))
+    assert "_s0" not in compiled.source.split(f"def {compiled.name}(")[0]  # no strides in the flat form
 
 
 def test_nan_propagates_like_eager():
@@ -341,8 +370,9 @@ def test_empty_and_single_element_rows():
 
 
 def test_bf16_rounding_is_bitwise_eagers():
-    """fp32 -> bf16 rounds to nearest even, by bits, so the interpreter (whose own conversion
-    truncates) and the GPU give eager's bits: ties, NaN, inf, huge and subnormal values."""
+    """fp32 -> bf16 rounds to nearest even. Under the interpreter (whose own conversion
+    truncates) the kernel does it on the bits; these are eager's bits: ties, NaN, inf, huge
+    and subnormal values, in both entry points (flat and general)."""
     def fn(x):
         y = x * 3
         return y.to(torch.bfloat16), (y.to(torch.bfloat16).float() + 1).to(torch.bfloat16)
@@ -351,8 +381,89 @@ def test_bf16_rounding_is_bitwise_eagers():
     x[0, :6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e38, 2.0 ** -130, -0.0])
     x[1, :4] = torch.tensor([1.00390625, 1.01171875, -1.00390625, 1.0078125 + 2 ** -8]) / 3
     gm, region, binding, compiled = only_region(fn, torch.randn(7, 45))
-    got = run_kernel(gm, region, binding, compiled, [x])
-    for g, w in zip(got, fn(x)):
-        assert torch.equal(g.view(torch.int16)[~torch.isnan(w)], w.view(torch.int16)[~torch.isnan(w)])
-        assert torch.equal(torch.isnan(g), torch.isnan(w))
-    assert "def _round_bf16(x):" in compiled.source and "_to_bf16(" in compiled.source
+    for form in ("flat", "general"):
+        got = kernels.launch(compiled, [x], [], form=form)
+        by_node = dict(zip(region.outputs, got))
+        for g, w in zip([by_node[o] for o in graph_outputs(gm)], fn(x)):
+            assert torch.equal(g.view(torch.int16)[~torch.isnan(w)], w.view(torch.int16)[~torch.isnan(w)]), form
+            assert torch.equal(torch.isnan(g), torch.isnan(w))
+    (FileCheck().check("# target: interpreter").check("def _round_bf16(x):").check("bits = x.to(tl.uint32, bitcast=True)")
+     .check("def _to_bf16(x):").check("bitcast=True)").run(compiled.source))
+    # a value the graph rounds to bf16 and stores as bf16 is converted once, from fp32
+    assert "_to_bf16(v1)" in compiled.source and "_round_bf16(v1)" in compiled.source
+
+
+def test_gpu_source_uses_the_hardware_bf16_conversion():
+    """The GPU source (what the kernel is compiled from where Triton targets a GPU) converts
+    with the hardware's round-to-nearest-even (``cvt.rn.bf16``: tests/unit/
+    test_lowering_asm.py compiles it), not with bit operations; everything else is the
+    interpreter's source, line for line."""
+    def fn(x, w):
+        y = (x.float() * w).to(torch.bfloat16)
+        return y, (y.float() + 1).to(torch.bfloat16)
+
+    gm, region, binding, compiled = only_region(fn, torch.randn(4, 45, dtype=torch.bfloat16), torch.randn(45))
+    gpu = render(compiled.ir, "gpu")
+    assert gpu == render(compiled.ir, "gpu")  # deterministic per target
+    (FileCheck().check("# target: gpu").check("def _round_bf16(x):")
+     .check('return x.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.float32)')
+     .check("def _to_bf16(x):").check('return x.to(tl.bfloat16, fp_downcast_rounding="rtne")').run(gpu))
+    assert "bitcast" not in gpu and "0x7FFF" not in gpu
+    interp = compiled.source
+
+    def without_helpers(src):
+        lines = src.splitlines()
+        kernel_start = next(i for i, l in enumerate(lines) if l.startswith(f"def {compiled.name}"))
+        return [l for l in lines[kernel_start:]]
+
+    assert without_helpers(gpu) == without_helpers(interp)
+    with pytest.raises(ValueError, match="target must be one of"):
+        render(compiled.ir, "cuda")
+
+
+def _plan(compiled, tensors, scalars=()):
+    full, outs = kernels.allocate_outputs(compiled.ir, tensors)
+    return kernels.launch_plan(compiled.ir, tensors, outs, full, list(scalars))
+
+
+def test_flat_form_for_tensors_dense_in_one_layout_general_otherwise():
+    def fn(x, y):
+        return torch.sigmoid(x) * y
+
+    gm, region, binding, compiled = only_region(fn, torch.randn(3, 5, 41), torch.randn(3, 5, 41))
+    meta = lambda *s: torch.empty(*s, device="meta")  # noqa: E731
+    assert _plan(compiled, [meta(3, 5, 41), meta(3, 5, 41)]).form == "flat"
+    # every tensor transposed alike: still element i at offset i for all (the output follows
+    # the graph's layout, which was contiguous: general)
+    assert _plan(compiled, [meta(41, 5, 3).permute(2, 1, 0), meta(41, 5, 3).permute(2, 1, 0)]).form == "general"
+    assert _plan(compiled, [meta(3, 5, 41), meta(41).expand(3, 5, 41)]).form == "general"  # a broadcast
+    assert _plan(compiled, [meta(3, 5, 41), meta(3, 5, 82)[..., ::2]]).form == "general"  # gaps
+    flat = _plan(compiled, [meta(3, 5, 41), meta(3, 5, 41)])
+    assert flat.args[-1] == 3 * 5 * 41 and (flat.m, flat.n) == (1, 3 * 5 * 41)
+    for form in ("flat", "general"):
+        x, y = torch.randn(3, 5, 41), torch.randn(3, 5, 41)
+        (got,) = kernels.launch(compiled, [x, y], [], form=form)
+        assert rel_err(got, fn(x, y)) <= 1e-6, form
+    with pytest.raises(ValueError, match="flat form"):
+        kernels.launch(compiled, [torch.randn(3, 5, 41), torch.randn(41).expand(3, 5, 41)], [], form="flat")
+
+
+def test_leading_dims_merge_when_every_tensor_walks_them_in_step():
+    """Contiguous tensors and stride-0 broadcasts merge into one row index (D1 = 1: Triton
+    compiles the % and // away); a tensor with a gap between rows keeps them apart, and the
+    kernel indexes it right either way."""
+    def fn(x, w, b):
+        return layer_norm(x, w, b)[0]
+
+    gm, region, binding, compiled = only_region(fn, torch.randn(3, 5, 41), torch.randn(41), torch.randn(41))
+    x, w, b = torch.randn(3, 5, 41), torch.randn(41), torch.randn(41)
+    gapped = torch.randn(3, 8, 41)[:, :5]  # rows of a batch 5 apart in 8: dims 0 and 1 do not merge
+    for x_in, d1 in [(x, 1), (gapped, 5)]:
+        plan = _plan(compiled, [x_in, w, b])
+        args = dict(zip(kernel_arguments(compiled.ir, plan.form), plan.args))
+        assert (plan.form, args["M"], args["N"], args["D1"]) == ("tile", 15, 41, d1)
+        if d1 == 1:  # merged: one row stride per tensor (w and b broadcast: 0)
+            assert (args["in0_s0"], args["in0_s1"], args["in1_s0"], args["out0_s0"]) == (41, 0, 0, 41)
+        for form in ("tile", "general"):
+            (got,) = kernels.launch(compiled, [x_in, w, b], [], form=form)
+            assert rel_err(got, fn(x_in, w, b)) <= 1e-5, (form, d1)

@@ -99,13 +99,39 @@ def test_cache_is_by_signature_not_size():
 
 def test_autotune_configs_are_small_under_the_interpreter():
     _, _, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
-    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in compiled.configs] == \
+    assert compiled.forms == ["tile", "general"]
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in compiled.configs("general")] == \
         [(m, n) for m, n, _ in kernels.INTERPRETER_CONFIGS["reduction"]]
+    assert [c.kwargs for c in compiled.configs("tile", 64)] == \
+        [{"BLOCK_M": m} for m, _ in kernels.INTERPRETER_CONFIGS["tile"]]
     x, w = torch.randn(5, 3, 37), torch.randn(37)
     compiled.op(x, w)
-    # the autotuner picked one of them for this (M, N) and reuses it
-    assert len(compiled.kernel.cache) == 1
-    assert next(iter(compiled.kernel.cache.values())) in compiled.configs
+    # N = 37 fits one tile (BLOCK_N = 64, from the launcher): the autotuner picked one of
+    # the tile configs for this (M, N) and reuses it
+    form, tuner = compiled.last
+    assert form == "tile" and tuner is compiled.tuners[("tile", 64)]
+    assert len(tuner.cache) == 1
+    assert next(iter(tuner.cache.values())) in tuner.configs
+
+
+def test_gpu_configs_cover_inductors_for_the_benchmark_shapes():
+    """What the autotuner tries on a GPU (no GPU needed to list them): one-tile reductions
+    hold 1024 to 4096 elements per program, several rows only when rows are short; for
+    4096 columns one row with 4, 8 or 16 warps (Inductor: one row, 8 warps); flat pointwise
+    blocks of 1024 to 4096 with 8 to 32 elements per thread (Inductor: 1024 with 4 warps)."""
+    _, _, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
+    compiled.target = "gpu"  # configs() reads only the target; nothing is compiled or run here
+    try:
+        wide = [(c.kwargs["BLOCK_M"], c.num_warps) for c in compiled.configs("tile", 4096)]
+        assert wide == [(1, 4), (1, 8), (1, 16)]
+        for block_n in (1, 16, 64, 256, 1024, 2048, 4096):
+            for c in compiled.configs("tile", block_n):
+                elements = c.kwargs["BLOCK_M"] * block_n
+                assert elements <= max(block_n, 4096) and (c.kwargs["BLOCK_M"] == 1 or elements >= 1024)
+        flat = [(b, w) for b, w in kernels.GPU_CONFIGS["flat"]]
+        assert (1024, 4) in flat and all(8 <= b // (32 * w) <= 32 for b, w in flat)
+    finally:
+        compiled.target = "interpreter"
 
 
 def test_in_place_write_runs_once_and_has_one_config():
@@ -114,12 +140,14 @@ def test_in_place_write_runs_once_and_has_one_config():
         return torch.tanh(g)
 
     region, binding, compiled = region_kernel(accumulate, torch.randn(4, 19), torch.randn(4, 19))
-    assert len(compiled.configs) == 1  # no timing runs that would add twice
+    for form in compiled.forms:
+        assert len(compiled.configs(form)) == 1  # no timing runs that would add twice
     assert "Tensor(a1!) x1" in str(compiled.op._schema)  # the slot, written in place
     slot, g = torch.randn(4, 19), torch.randn(4, 19)
     before = slot.clone()
     args = [slot if n.name == "slot_1" else g for n in binding.params]
     out = compiled.op(*args)
+    assert compiled.last[0] == "flat"
     assert rel_err(slot, before + g * 0.5) <= 1e-6
     assert rel_err(out, torch.tanh(g)) <= 1e-6
 
@@ -132,6 +160,23 @@ def test_check_accepts_the_right_kernel_and_rejects_a_wrong_one():
         check_region(region_b, binding_b, compiled_a)  # exp where sigmoid is wanted
 
 
+def test_check_runs_every_entry_point_that_applies():
+    """The launcher picks an entry point per call, so the check runs each one that can take
+    the sample: a kernel whose general form alone is wrong is rejected although the flat
+    form, which the op picks for the sample, is right."""
+    import dataclasses
+    import types
+
+    region_a, _, compiled_a = region_kernel(lambda x: torch.exp(x) + 1, torch.randn(4, 9))
+    region_b, binding_b, compiled_b = region_kernel(lambda x: torch.sigmoid(x) + 1, torch.randn(4, 9))
+    module = types.SimpleNamespace(**{f"{compiled_b.name}_flat": compiled_b.jit("flat"),
+                                      compiled_b.name: compiled_a.jit("general")})
+    hybrid = dataclasses.replace(compiled_b, module=module, tuners={}, checked={})
+    with pytest.raises(KernelMismatch, match="differs from eager"):
+        check_region(region_b, binding_b, hybrid)
+    assert check_region(region_b, binding_b, compiled_b) <= 1e-6
+
+
 def test_injected_failure_raises_a_compile_error():
     region, binding, compiled = region_kernel(lambda x: torch.exp(x) * 3, torch.randn(4, 9))
     with pytest.raises(kernels.KernelCompileError, match="injected compile failure"):
@@ -140,6 +185,9 @@ def test_injected_failure_raises_a_compile_error():
 
 def test_kernel_source_file_is_written_where_triton_reads_it():
     _, _, compiled = region_kernel(lambda x: torch.exp(x) - 1, torch.randn(4, 9))
-    path = os.path.join(kernels.kernel_dir(), f"{compiled.name}.py")
+    path = os.path.join(kernels.kernel_dir(), f"{compiled.name}_interpreted.py")
+    assert kernels.source_path(compiled.name, "interpreter") == path
     with open(path) as f:
         assert f.read() == compiled.source
+    # the GPU source of the same kernel goes to its own file (the two differ)
+    assert kernels.source_path(compiled.name, "gpu") == os.path.join(kernels.kernel_dir(), f"{compiled.name}.py")

@@ -219,6 +219,45 @@ def test_kernels_go_to_inductor_as_user_defined_triton_kernels():
     assert out.target is torch.ops.aten.empty_strided.default  # the output the kernel writes (not empty_permuted: Inductor refuses it here)
 
 
+def test_static_sizes_go_to_inductor_as_the_fast_entry_points():
+    """With static sizes the traced launch is the one a GPU run makes: a one-tile reduction
+    (its BLOCK_N a constant of the launch) and a flat pointwise kernel, autotuned by
+    Inductor over their own configs."""
+    import triton
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    from dsgraph.lowering.inductor import to_user_kernels
+
+    def fn(x, w, y):
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * x * w  # a signature no other test compiles
+        return r, torch.sigmoid(y) * 0.375 - y  # y: another shape, its own region
+
+    gm = graph(fn, [torch.randn(4, 6, 40), torch.randn(40), torch.randn(5, 33)])
+    plan = lower_triton.plan_lowering(gm, "all")
+    assert len(plan.regions) == 2
+    old = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = False
+    try:
+        lower_triton.apply_lowering(gm, plan, check=False)  # cannot run without a GPU
+        assert to_user_kernels(gm) == 2
+    finally:
+        triton.knobs.runtime.interpret = old
+    launched = {}
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.higher_order.triton_kernel_wrapper_mutation:
+            kernel = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])
+            launched[kernel.fn.__name__] = (kernel, node.kwargs["kwargs"])
+    names = {p.kernel for p in plan.regions}
+    assert set(launched) == {f"{n}_tile" for n in names if n.startswith("dsg_red")} | \
+        {f"{n}_flat" for n in names if n.startswith("dsg_pw")}
+    for name, (kernel, kwargs) in launched.items():
+        if name.endswith("_tile"):
+            assert kwargs["BLOCK_N"] == 64 and kwargs["N"] == 40 and kwargs["D1"] == 1
+            assert all(set(c.kwargs) == {"BLOCK_M"} for c in kernel.configs)
+        else:
+            assert kwargs["NUMEL"] == 5 * 33 and all(set(c.kwargs) == {"BLOCK"} for c in kernel.configs)
+
+
 def test_getitem_results_follow_the_region_outputs():
     gm = graph(block, make_inputs())
     plan = lower_triton.plan_lowering(gm, "all")

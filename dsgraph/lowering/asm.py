@@ -1,0 +1,187 @@
+"""A region's kernel compiled for a CUDA GPU without one: PTX, SASS and what they say.
+
+Triton compiles for a named target without a device (``triton.compile(ASTSource(...),
+target=GPUTarget("cuda", 90, 32))``, ptxas and nvdisasm come with its wheel), so the code a
+kernel becomes on an H100/H200 can be read on any machine. ``compile_for_cuda`` specializes
+the arguments as a launch on the GPU would (pointers and ints divisible by 16 marked so, ints
+equal to 1 made constants: Triton's own binder), for the entry point and arguments the
+launcher picks for the given tensors (meta tensors: no memory), and ``count`` reads the
+result::
+
+    asm = compile_for_cuda(ir, [x, w, b], config=(1, 8))      # x: meta [16, 1024, 4096] bf16
+    asm.form, asm.per_element, asm.vector_loads, asm.int_divisions
+    ('tile', 27.3, 3, 0)
+
+``per_element`` is the kernel's SASS instruction count (NOPs left out) over the elements one
+thread handles (BLOCK / threads): the instructions a thread issues per element, exactly, for
+the straight-line entry points (flat, tile); for the general ones, both sides of their
+runtime branch are counted. Compute-bound is when that count times the elements exceeds
+what the SMs issue while the bytes stream at the copy bandwidth (H200: 132 SMs x 4
+schedulers x ~1.98 GHz ~ 33e12 thread-instructions/s; 100 M elements at 37 per element
+~ 110 us, about the time 400 MB take to stream).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .codegen import block_arguments, kernel_name, render
+from .kernel_ir import KernelIR
+
+SASS_LINE = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+@dataclass
+class CudaKernel:
+    name: str
+    form: str
+    config: tuple  # the block sizes then num_warps (``kernels.launch``'s config)
+    per_thread: float  # elements one thread handles
+    ptx: str
+    sass: str  # nvdisasm's listing ("" when nvdisasm is missing)
+    registers: int | None = None
+    opcodes: list[str] = field(default_factory=list)
+
+    @property
+    def instructions(self) -> int:
+        return len(self.opcodes)
+
+    @property
+    def per_element(self) -> float:
+        return self.instructions / self.per_thread
+
+    def _count(self, pattern: str) -> int:
+        return len(re.findall(pattern, self.ptx, re.MULTILINE))
+
+    def _memory(self, op: str, vector: bool) -> int:
+        """PTX global loads or stores (``op``: "ld" / "st"), vector ones (.v2/.v4/.v8: 8 or
+        16 bytes at once, ld.global.v4.b32) or not."""
+        found = re.findall(r"^\s*(?:@!?%p\d+\s+)?(" + op + r"\.global\S*)", self.ptx, re.MULTILINE)
+        return sum(1 for f in found if bool(re.search(r"\.v[248]\.", f)) == vector)
+
+    @property
+    def vector_loads(self) -> int:
+        return self._memory("ld", True)
+
+    @property
+    def scalar_loads(self) -> int:
+        return self._memory("ld", False)
+
+    @property
+    def vector_stores(self) -> int:
+        return self._memory("st", True)
+
+    @property
+    def scalar_stores(self) -> int:
+        return self._memory("st", False)
+
+    @property
+    def int_divisions(self) -> int:
+        """Integer divisions and remainders left in the PTX (64-bit ones are ~70 instructions)."""
+        return self._count(r"\b(?:div|rem)\.(?:s|u)(?:32|64)\b")
+
+    @property
+    def bf16_conversions(self) -> int:
+        """Hardware fp32 -> bf16 conversions (cvt.rn.bf16x2.f32 / cvt.rn.bf16.f32)."""
+        return self._count(r"cvt\.rn\.bf16")
+
+    def summary(self) -> dict:
+        return {"form": self.form, "config": list(self.config), "per_thread": self.per_thread,
+                "sass_instructions": self.instructions, "per_element": round(self.per_element, 1),
+                "vector_loads": self.vector_loads, "scalar_loads": self.scalar_loads,
+                "vector_stores": self.vector_stores, "scalar_stores": self.scalar_stores,
+                "int_divisions": self.int_divisions, "registers": self.registers}
+
+
+def _tool(name: str) -> str | None:
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    tool = getattr(getattr(knobs, "nvidia", None), name, None) if knobs is not None else None
+    path = getattr(tool, "path", None)
+    return path if path and os.path.exists(path) else None
+
+
+def _disassemble(cubin: bytes) -> tuple[str, int | None]:
+    nvdisasm, cuobjdump = _tool("nvdisasm"), _tool("cuobjdump")
+    if nvdisasm is None:
+        return "", None
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+        registers = None
+        if cuobjdump is not None:
+            usage = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True, check=False).stdout
+            m = re.search(r"REG:(\d+)", usage)
+            registers = int(m.group(1)) if m else None
+    return sass, registers
+
+
+def _compile(jit_fn, args: list, constexprs: dict, num_warps: int, arch: int):
+    """``jit_fn`` compiled for ``sm_<arch>`` with these arguments specialized as Triton's
+    launcher would (the binder's specialization; no device needed)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(jit_fn.signature, jit_fn.params, backend)
+    kwargs = dict(constexprs, num_warps=num_warps)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constants, attrs = jit_fn._pack_args(backend, kwargs, bound, specialization, options)
+    return triton.compile(ASTSource(jit_fn, signature, constants, attrs), target=target, options=options.__dict__)
+
+
+_MODULES: dict[tuple[str, str], Any] = {}
+
+
+def source_module(ir: KernelIR, target: str = "gpu"):
+    """``ir``'s kernels as written for ``target``, imported (whatever this process's own
+    target is)."""
+    from .kernels import _load_module
+
+    key = (ir.name, target)
+    if key not in _MODULES:
+        _MODULES[key] = _load_module(ir.name, target, render(ir, target))
+    return _MODULES[key]
+
+
+def compile_for_cuda(ir: KernelIR, tensors: list[torch.Tensor], scalars: list = (), config: tuple | None = None,
+                     form: str | None = None, arch: int = 90, source: str = "gpu") -> CudaKernel:
+    """Compile the entry point the launcher picks for ``tensors`` (meta tensors do: only
+    shapes, strides and dtypes matter) for ``sm_<arch>``. ``config``: the block sizes then
+    num_warps (default: the form's first GPU config); ``form`` forces an entry point;
+    ``source="interpreter"`` compiles the interpreter's source instead (what the bit-level
+    bf16 rounding would cost on the GPU)."""
+    from . import kernels
+
+    full, outs = kernels.allocate_outputs(ir, tensors)
+    plan = kernels.launch_plan(ir, tensors, outs, full, list(scalars), form)
+    if config is None:
+        first = kernels.GPU_CONFIGS["flat" if plan.form == "flat" else ir.kind][0]
+        config = (max(1, kernels.GPU_TILE_CONFIGS[0][0] // plan.block_n), kernels.GPU_TILE_CONFIGS[0][1]) \
+            if plan.form == "tile" else first
+    *blocks, warps = config
+    constexprs = dict(zip(block_arguments(ir, plan.form), blocks)) if plan.form != "tile" else \
+        {"BLOCK_M": blocks[0], "BLOCK_N": plan.block_n}
+    jit_fn = getattr(source_module(ir, source), kernel_name(ir, plan.form))
+    compiled = _compile(jit_fn, plan.args, constexprs, warps, arch)
+    sass, registers = _disassemble(compiled.asm["cubin"])
+    opcodes = [m.group(1) for line in sass.splitlines() if (m := SASS_LINE.match(line))]
+    opcodes = [o for o in opcodes if not o.startswith("NOP")]
+    elements = 1
+    for b in constexprs.values():
+        elements *= b
+    return CudaKernel(kernel_name(ir, plan.form), plan.form, tuple(config), elements / (32 * warps),
+                      compiled.asm["ptx"], sass, registers, opcodes)
