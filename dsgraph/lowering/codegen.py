@@ -93,6 +93,37 @@ BF16_HELPERS = {
     ],
 }
 
+# erf for fp32 (op_table.erf_function), branch-free. Coefficients: minimax fits (Lawson's
+# iteration, fp64) rounded to fp32: P for erf(x)/x - 1 on |x| < 1 (relative error 5.9e-8), Q
+# for log2(erfc(a)) on 1 <= a <= 4 (error of erf 1.6e-8; erfc(4) = 1.5e-8 rounds 1 - erfc to
+# 1.0 in fp32). Within 2 ulp of erf in fp32 (tests/unit/test_lowering_codegen.py measures it
+# over 2.5 M values under the interpreter; libdevice's erff is documented at 2 ulp too), in
+# about 18 instructions on sm_90 where libdevice's erff, which selects one polynomial's
+# coefficients per element, takes about 30: a GELU region is otherwise compute-bound there.
+ERF_HELPER = [
+    "",
+    "@triton.jit",
+    "def _erf(x):",
+    "    # fp32 erf, both branches computed: x + x * P(x^2) below |x| = 1, 1 - 2^Q(min(|x|, 4)) above",
+    "    t = x * x",
+    "    p = -0.0005600883741863072 * t + 0.004909285344183445",
+    "    p = p * t - 0.02670324593782425",
+    "    p = p * t + 0.11279841512441635",
+    "    p = p * t - 0.37612271308898926",
+    "    p = p * t + 0.12837910652160645",
+    "    small = x * p + x",
+    "    a = tl.minimum(tl.abs(x), 4.0)",
+    "    q = -0.001657149288803339 * a + 0.021301792934536934",
+    "    q = q * a - 0.1278194934129715",
+    "    q = q * a - 0.9443012475967407",
+    "    q = q * a - 1.6120728254318237",
+    "    q = q * a - 0.0038679654244333506",
+    "    large = 1.0 - tl.exp2(q)",
+    "    large = tl.where(x < 0, -large, large)",
+    "    return tl.where(tl.abs(x) >= 1.0, large, small)  # NaN: small, which is NaN",
+    "",
+]
+
 # a value rounded to a storage type and kept in fp32 (op_table's casts): storing it as that
 # type stores the unrounded value with one conversion (rounding twice gives the same bits)
 _ROUNDED = {torch.bfloat16: "_round_bf16({0})", torch.float16: "{0}.to(tl.float16).to(tl.float32)"}
@@ -411,6 +442,8 @@ class _Writer:
         if any("_round_bf16(" in v.expr for v in self.ir.values) or any(
                 s.dtype == torch.bfloat16 and self.values[s.value].dtype != s.dtype for s in self.ir.stores):
             self.lines += BF16_HELPERS[self.target]
+        if any("_erf(" in v.expr for v in self.ir.values):
+            self.lines += ERF_HELPER
         if self.ir.kind == "pointwise":
             self.header("flat")
             self.pointwise_flat()

@@ -159,6 +159,27 @@ def test_bf16_conversion_on_cuda_gives_eagers_bits():
     assert ptx and all("cvt.rn.bf16" in p for p in ptx)
 
 
+def test_fp32_erf_is_within_2_ulp_on_cuda():
+    """codegen's fp32 erf compiled for the GPU (FMA contraction, ex2.approx): within 2 ulp of
+    erf (fp64 reference), as libdevice's erff is documented to be."""
+    import numpy as np
+
+    tiny = torch.logspace(-38, 0, 100_000, dtype=torch.float64).float()
+    x = torch.cat([torch.linspace(-6, 6, 2_000_001), tiny, -tiny, torch.randn(100_000) * 3,
+                   torch.tensor([0.0, -0.0, 4.0, 30.0, float("inf"), -float("inf"), float("nan")])]).cuda()
+    gm = make_fx(torch.erf, tracing_mode="fake")(x)
+    (region,) = find_regions(gm)
+    ir, binding = region_ir(region)
+    compiled = kernels.compile_kernel(ir)
+    assert "def _erf(x):" in compiled.source
+    got = compiled.op(x).cpu().double()
+    want = torch.erf(x.cpu().double())
+    finite = ~torch.isnan(want)
+    assert torch.isnan(got[~finite]).all()
+    spacing = torch.from_numpy(np.spacing(want[finite].abs().float().numpy())).double()
+    assert ((got[finite] - want[finite]).abs() / spacing).max().item() <= 2.0
+
+
 def test_training_step_as_fx_code_on_cuda():
     torch.manual_seed(1)
     model = GPT(CFG).cuda()

@@ -10,6 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from dsgraph.lowering import asm, kernels
+from dsgraph.lowering.codegen import render
 from dsgraph.lowering.kernel_ir import region_ir
 from dsgraph.lowering.regions import find_regions
 
@@ -92,3 +93,19 @@ def test_softmax_forms_compile_with_vector_loads(form):
     k = asm.compile_for_cuda(ir, tensors, config=config, form=form)
     assert k.vector_loads >= 1 and k.scalar_loads == 0 and k.scalar_stores == 0
     assert "max.NaN.f32" in k.ptx or "max.NaN.ftz.f32" in k.ptx  # amax propagates NaN in one instruction
+
+
+def test_codegen_erf_costs_fewer_instructions_than_libdevices(monkeypatch):
+    """GELU regions are compute-bound on sm_90 with libdevice's erff (a per-element choice
+    of polynomial coefficients); codegen's own fp32 erf (within 2 ulp as well) computes
+    both branches with constant coefficients."""
+    from dsgraph.lowering import op_table
+
+    ir, tensors = region_of(gelu, meta(32, 1024, 3072, dtype=BF16))
+    ours = asm.compile_for_cuda(ir, tensors, config=(2048, 4))
+    assert "def _erf(x):" in render(ir, "gpu")
+    monkeypatch.setattr(op_table, "erf_function", lambda dtype: "tl.math.erf")
+    libdevice_ir, _ = region_of(gelu, meta(32, 1024, 3072, dtype=BF16))
+    assert libdevice_ir.name != ir.name  # another signature: another kernel
+    theirs = asm.compile_for_cuda(libdevice_ir, tensors, config=(2048, 4))
+    assert ours.per_element < theirs.per_element
