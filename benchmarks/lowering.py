@@ -322,12 +322,13 @@ def asm_rows(cases: list[Case]) -> list[dict]:
 
 def asm_table(rows: list[dict]) -> str:
     head = ("case", "form", "config", "loads vector/scalar", "stores vector/scalar", "int div", "SASS per element",
-            "registers")
+            "registers", "spills")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
         lines.append(" | ".join([r["case"], r["form"], str(tuple(r["config"])),
                                  f"{r['vector_loads']}/{r['scalar_loads']}", f"{r['vector_stores']}/{r['scalar_stores']}",
-                                 str(r["int_divisions"]), f"{r['per_element']:.1f}", str(r["registers"])]))
+                                 str(r["int_divisions"]), f"{r['per_element']:.1f}", str(r["registers"]),
+                                 str(r["spills"])]))
     return "\n".join(lines)
 
 

@@ -88,6 +88,11 @@ class CudaKernel:
         return self._count(r"\b(?:div|rem)\.(?:s|u)(?:32|64)\b")
 
     @property
+    def spills(self) -> int:
+        """Local-memory loads and stores in the SASS (register spills)."""
+        return sum(1 for o in self.opcodes if o.startswith(("LDL", "STL")))
+
+    @property
     def bf16_conversions(self) -> int:
         """Hardware fp32 -> bf16 conversions (cvt.rn.bf16x2.f32 / cvt.rn.bf16.f32)."""
         return self._count(r"cvt\.rn\.bf16")
@@ -97,7 +102,7 @@ class CudaKernel:
                 "sass_instructions": self.instructions, "per_element": round(self.per_element, 1),
                 "vector_loads": self.vector_loads, "scalar_loads": self.scalar_loads,
                 "vector_stores": self.vector_stores, "scalar_stores": self.scalar_stores,
-                "int_divisions": self.int_divisions, "registers": self.registers}
+                "int_divisions": self.int_divisions, "registers": self.registers, "spills": self.spills}
 
 
 def _tool(name: str) -> str | None:

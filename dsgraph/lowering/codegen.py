@@ -337,9 +337,14 @@ class _Writer:
         """N <= BLOCK_N: the values in graph order, reductions inline."""
         self.emit("cols = cols0", depth)
         self.emit("mask = row_mask & (cols < N)", depth)
+        # every load first: the compiler does not move a load across the barriers of a
+        # reduction, so a load written after one would wait for it (layer norm's w and b)
         for v in self.ir.values:
             if v.op == "load":
                 self.load(v, depth, None)
+        for v in self.ir.values:
+            if v.op == "load":
+                continue
             elif v.op in ("sum", "max"):
                 x = v.args[0]
                 neutral = "0.0" if v.op == "sum" else 'float("-inf")'

@@ -49,12 +49,12 @@ class KernelCompileError(RuntimeError):
 # Autotuning. On the GPU the autotuner times each config for every new (M, N); under
 # TRITON_INTERPRET there is nothing to time, so two small tiles (which also make the CPU
 # tests cross block edges and loop over columns) are tried with a wall clock.
-# flat pointwise: (BLOCK, num_warps); 8 to 32 elements per thread (16-byte vectors for
+# flat pointwise: (BLOCK, num_warps); 8 or 16 elements per thread (16-byte vectors for
 # 2-byte types); Inductor's own pointwise configs for these sizes are XBLOCK 1024 with 4
 # warps and 512 with 8.
 # general pointwise and reductions: (BLOCK_M, BLOCK_N, num_warps).
 GPU_CONFIGS = {
-    "flat": [(1024, 4), (2048, 4), (4096, 8), (4096, 4)],
+    "flat": [(1024, 4), (2048, 4), (4096, 8)],
     "pointwise": [(1, 1024, 4), (1, 4096, 8), (8, 128, 4), (32, 32, 4), (128, 8, 4)],
     "reduction": [(1, 1024, 4), (1, 4096, 8), (1, 4096, 16), (4, 256, 4), (16, 64, 4), (64, 16, 4)],
 }

@@ -69,6 +69,10 @@ def test_one_tile_layer_norm_reads_vectors_and_has_no_row_division():
         assert k.vector_loads >= 3 and k.scalar_loads == 0  # x (bf16), w and b (fp32)
         assert k.vector_stores >= 1  # the normalized row; mean and rstd are one value per row
         assert k.int_divisions == 0  # leading dims merged: D1 = 1, the % and // folded away
+        # every global load is issued before the reductions' first barrier (w and b too)
+        first_barrier = next(i for i, o in enumerate(k.opcodes) if o.startswith("BAR"))
+        assert all(i < first_barrier for i, o in enumerate(k.opcodes) if o.startswith("LDG"))
+        assert k.spills == 0
 
 
 def test_unmerged_leading_dims_keep_their_division_merged_ones_do_not():

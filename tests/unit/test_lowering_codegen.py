@@ -317,7 +317,8 @@ def test_source_reads_well():
      .check("# target: interpreter").check("def _add(a, b):").check("def _max(a, b):")
      # the one-tile kernel: straight-line, the reductions inline
      .check(f"def {compiled.name}_tile(").check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
-     .check_not("for start in range").check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
+     .check_not("for start in range").check("tl.load(in0_ptr").check("tl.load(in1_ptr").check("tl.load(in2_ptr")
+     .check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
      .check("tl.store(out2_ptr")
      # the general kernel: the same tile behind a runtime branch, then the loops
      .check(f"def {compiled.name}(").check("if N <= BLOCK_N:").check("v1 = tl.reduce(t_v1, 1, _add)")
