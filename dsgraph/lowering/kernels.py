@@ -61,7 +61,7 @@ GPU_CONFIGS = {
 # one-tile reductions: BLOCK_N = next_power_of_2(N) (from the launcher), and per config
 # (elements per program, num_warps) -> BLOCK_M = max(1, elements // BLOCK_N) rows per
 # program: several rows only when rows are short. For N = 4096: one row with 4, 8 or 16
-# warps (Inductor's persistent reduction for 4096 columns: one row, 8 warps).
+# warps (Inductor's reduction kernels for 4096 columns: one row, 16 warps).
 GPU_TILE_CONFIGS = [(1024, 4), (2048, 8), (4096, 8), (4096, 16)]
 MAX_TILE_N = 4096  # widest row a one-tile reduction holds in registers (Inductor's limit too)
 INTERPRETER_CONFIGS = {

@@ -77,7 +77,7 @@ def test_one_tile_layer_norm_reads_vectors_and_has_no_row_division():
 
 def test_unmerged_leading_dims_keep_their_division_merged_ones_do_not():
     """What merging leading dims buys: a batch whose rows sit apart in memory (a slice)
-    keeps the 64-bit % and // that unflatten the row index; a contiguous one has none."""
+    keeps the integer % and // that unflatten the row index; a contiguous one has none."""
     ir, tensors = region_of(layer_norm, meta(16, 1024, 4096, dtype=BF16), meta(4096), meta(4096))
     gapped = meta(16, 2048, 4096, dtype=BF16)[:, :1024]
     merged = asm.compile_for_cuda(ir, tensors, config=(1, 8))
