@@ -37,6 +37,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -228,6 +229,16 @@ def copy_bandwidth(repeats: int) -> float:
     return 2 * src.numel() * src.element_size() / (us * 1e-6)
 
 
+def lowering_stats() -> dict:
+    """The lower_triton pass's stats of the latest compiled graph (lowered regions, user
+    kernels handed to Inductor, a refusal)."""
+    import dsgraph
+
+    stats = [p.stats for r in dsgraph.reports() for p in r.passes if p.name == "lower_triton"]
+    keep = ("lowered", "fallbacks", "user_kernels", "refused")
+    return {k: v for k, v in stats[-1].items() if k in keep} if stats else {}
+
+
 def chosen(built: Built, inputs: list) -> tuple[str, object]:
     """The entry point the launcher picks for these inputs and its autotuned kernel."""
     from dsgraph.lowering import kernels
@@ -258,6 +269,7 @@ def measure(built: Built, repeats: int, copy_bw: float) -> dict:
         before = [t.clone() for t in fresh]
         with torch.no_grad():
             out[key] = error(case, _fn_outputs(case, fn, fresh), before)
+    out["dsgraph_inductor_lowering"] = lowering_stats()  # did the kernel reach Inductor as a user kernel?
     variants = {
         "dsgraph_us": lambda: built.call(inputs),
         "dsgraph_inductor_us": lambda: dsgraph_inductor(*inputs),
@@ -375,11 +387,18 @@ def main(argv=None) -> int:
         copy_bw = copy_bandwidth(args.repeats)
         result["copy_GBps"] = round(copy_bw / 1e9, 1)
         print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s (read + write)")
+        start = time.perf_counter()
         for case in (c for c in CASES if c.name in wanted):
+            case_start = time.perf_counter()
             built = build(case, "cuda")
             row = measure(built, args.repeats, copy_bw)
+            row["seconds"] = round(time.perf_counter() - case_start, 1)  # compiles and autotuning included
             result["cases"].append(row)
-            print(json.dumps(row))
+            result["seconds"] = round(time.perf_counter() - start, 1)
+            print(json.dumps(row), flush=True)
+            if args.json:  # after every case: a run cut short keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump(result, f, indent=1)
         print(table(result["cases"]))
     if args.json:
         with open(args.json, "w") as f:

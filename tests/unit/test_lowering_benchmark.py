@@ -45,3 +45,26 @@ def test_dry_run_writes_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["dry_run"] and [c["case"] for c in data["cases"]] == ["gelu_bwd", "bucket_epilogue"]
     assert all(c["error_vs_allowed"] <= 1.0 and c["kernel"].startswith("dsg_") for c in data["cases"])
+
+
+def test_the_autotuned_entry_point_is_what_the_launcher_picks():
+    for case in bench.CASES:
+        built = bench.build(case, "cpu", tiny=True)
+        inputs = case.inputs("cpu", tiny=True)
+        built.call(inputs)
+        form, tuner = bench.chosen(built, inputs)
+        assert (form, tuner) == built.compiled.last, case.name
+        assert form == ("flat" if built.compiled.ir.kind == "pointwise" else "tile"), case.name
+        assert tuner.best_config in tuner.configs
+
+
+def test_lowering_stats_say_whether_the_region_was_lowered():
+    import torch
+
+    case = next(c for c in bench.CASES if c.name == "gelu_bwd")
+    compiled = torch.compile(case.fn, backend="dsgraph",
+                             options={"inductor": False, "pipeline": "lower_triton{select=all}"})
+    inputs = case.inputs("cpu", tiny=True, seed=3)
+    before = [t.clone() for t in inputs]
+    assert bench.error(case, bench._fn_outputs(case, compiled, inputs), before) <= 1.0
+    assert bench.lowering_stats()["lowered"] == 1
