@@ -1,0 +1,425 @@
+"""inductor_model: Inductor's buffer plan of a graph, emulated from the FX graph alone.
+
+The checkpoint planner weighs thousands of partitions that Inductor has not compiled; it
+needs Inductor's plan of each in milliseconds. This module replays the decisions Inductor's
+graph lowering makes node by node (torch/_inductor/graph.py ``run_node``, ir.py
+``StorageBox``, lowering.py; torch 2.11 to 2.13), on integer ids:
+
+- a pointwise op is an unrealized expression: a set of loads (buffer, index) and of ops;
+  a consumer inlines it. Views stay views of what they view;
+- an expression is *realized* (written to a buffer) when a kernel Inductor does not
+  generate reads it (matmuls, convolutions, attention, fallback kernels:
+  ``needs_realized_inputs`` and ``fallbacks``), when it is a graph output, when a reduction
+  or a scatter is made of it (the op itself is a buffer; its inputs are fused into it),
+  and by the store-or-recompute rules for reuse: with more than one user,
+  ``should_realize_on_reuse`` (on CPU any of exp, log, sigmoid, tanh among its ops; more
+  than ``realize_opcount_threshold`` ops; more than ``realize_reads_threshold`` loads),
+  ``has_exceeded_max_reads`` (more than ``realize_acc_reads_threshold`` loads), and more
+  than 100 ops. An expression realized because a later node needs it is computed there,
+  right before that node: its loads keep their buffers alive until then;
+- a buffer lives from the kernel that writes it to the last kernel that loads it (an
+  expression inlined into several kernels is read by each); graph outputs outlive the
+  graph; a pointwise or reduction kernel writes into a buffer of the same size that it
+  loads element for element and whose last use it is (Inductor's in-place reuse), a
+  donated graph input included;
+- ``cat`` on CPU is a concat kernel: its unrealized inputs are computed into the output.
+
+Not modelled (each checked against Inductor's real plans on the zoo, ``dsgraph.recompute.truth``):
+the scheduler's reordering for peak memory, and buffers fusion makes kernel-local.
+
+``emulate(graph)`` takes an ``EmulatedGraph`` (node ids in execution order, their inputs,
+user counts, outputs) and returns the plan's steps and buffers as ``InductorRun``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch.fx import Node
+
+from .lifetimes import is_view, tensor_values
+
+# what each node is for Inductor
+PLACEHOLDER, VIEW, POINTWISE, REDUCTION, EXTERN, MUTATE, CAT, SCATTER, GETITEM, NONE = range(10)
+
+_REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", "all", "argmax", "argmin",
+               "max", "min", "std", "logsumexp", "norm", "linalg_vector_norm"}
+_SCATTERS = {"_unsafe_masked_index_put_accumulate", "index_put", "_unsafe_index_put", "scatter", "scatter_add",
+             "scatter_reduce", "index_add", "embedding_dense_backward", "index_reduce"}
+_HEAVY = {"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"}
+_MUTATING = {"copy_"}
+# element-moving ops: an output read through one of them is not read at its own index
+MOVES = {"slice", "select", "narrow", "as_strided", "permute", "transpose", "t", "expand", "flip", "roll",
+         "diagonal", "unfold", "repeat", "index", "_unsafe_index", "gather", "constant_pad_nd", "cat",
+         "slice_scatter", "select_scatter", "embedding"}
+
+
+def op_name(node: Node) -> str:
+    """The op's name without overload (``mm``), or the callable's name."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target.overloadpacket.__name__
+    return getattr(target, "__name__", str(target))
+
+
+@functools.lru_cache(maxsize=1)
+def _registries():
+    from .. import compat
+
+    return compat.inductor_registries()
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The thresholds Inductor's lowering uses; they differ between CPU and GPU."""
+
+    cpu: bool
+    opcount: int  # realize_opcount_threshold (CPU: realize_cpu_opcount_threshold)
+    reads: int  # realize_reads_threshold: loads above which a reused expression is stored
+    acc_reads: int  # realize_acc_reads_threshold (CPU: realize_cpu_acc_reads_threshold)
+    pointwise_cat_inputs: int  # GPU: a cat of at most this many inputs is pointwise
+    unroll: int  # unroll_reductions_threshold: shorter reductions become pointwise
+
+    @staticmethod
+    def for_device(device_type: str) -> "Rules":
+        from .. import compat
+
+        return Rules(**compat.inductor_rules(device_type))
+
+
+@dataclass
+class OpInfo:
+    kind: int
+    own_ops: int = 1
+    heavy: bool = False
+    nbytes: tuple[int, ...] = ()  # bytes of each output tensor (numel * itemsize), in order
+    nontrivial: bool = True  # more than one element: a load of it has a non-constant index
+    moves: bool = False  # a view that moves elements (permute, slice, ...)
+    multi: bool = False  # returns a tuple (its getitems take the elements)
+    realizes_inputs: bool = False  # Inductor's needs_realized_inputs: users store what they read
+
+    @property
+    def bytes(self) -> int:
+        return self.nbytes[0] if self.nbytes else 0
+
+
+def classify(node: Node, rules: Rules) -> OpInfo:
+    """What Inductor makes of one FX node, from its op and fake value."""
+    val = node.meta.get("val")
+    vals = tensor_values(val)
+    nbytes = tuple(int(_numel(t)) * t.element_size() for _, t in vals)
+    multi = isinstance(val, (tuple, list))
+    nontrivial = any(_numel(t) > 1 for _, t in vals)
+    if node.op in ("placeholder", "get_attr"):
+        return OpInfo(PLACEHOLDER, 0, nbytes=nbytes, nontrivial=nontrivial)
+    if node.op != "call_function":
+        return OpInfo(NONE)
+    if node.target is operator.getitem:
+        return OpInfo(GETITEM, 0, nbytes=nbytes, nontrivial=nontrivial)
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=True)
+    name = op_name(node)
+    lowerings, fallbacks, needs_realized = _registries()
+    realizing = target in needs_realized
+    if name in _MUTATING:
+        return OpInfo(MUTATE, nbytes=nbytes)
+    if is_view(node):
+        return OpInfo(VIEW, 0, nbytes=nbytes, nontrivial=nontrivial, moves=name in MOVES, multi=multi)
+    if target in fallbacks or realizing or target not in lowerings:
+        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=True)
+    if name in _REDUCTIONS:
+        numel_in = max((_numel(a.meta["val"]) for a in node.all_input_nodes
+                        if isinstance(a.meta.get("val"), torch.Tensor)), default=1)
+        numel_out = max((_numel(t) for _, t in vals), default=1)
+        rnumel = numel_in // max(numel_out, 1)
+        if not (rnumel <= 1 or (rnumel < rules.unroll and numel_out != 1)):
+            return OpInfo(REDUCTION, nbytes=nbytes, nontrivial=nontrivial, multi=multi)
+        # a reduction over a few elements is unrolled into a pointwise expression
+    if name in _SCATTERS:
+        return OpInfo(SCATTER, nbytes=nbytes, nontrivial=nontrivial)
+    if name == "cat":
+        count = len(node.args[0]) if node.args and isinstance(node.args[0], (list, tuple)) else 1
+        if rules.cpu or count > rules.pointwise_cat_inputs:
+            return OpInfo(CAT, nbytes=nbytes, nontrivial=nontrivial)
+    scalars = sum(1 for a in list(node.args) + list(node.kwargs.values())
+                  if isinstance(a, (int, float)) and not isinstance(a, bool))
+    return OpInfo(POINTWISE, 1 + min(scalars, 2), heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
+                  moves=name in MOVES, multi=multi)
+
+
+def _numel(t: torch.Tensor) -> int:
+    from .. import compat
+
+    n = 1
+    for s in t.shape:
+        n *= compat.size_hint(s)
+    return n
+
+
+@dataclass
+class EmulatedGraph:
+    """One graph as Inductor lowers it: ``order`` (node ids in execution order, graph
+    inputs excluded), ``inputs`` (ids of graph inputs, which are buffers), ``ins[i]`` (the
+    ids node i reads, in argument order), ``users[i]`` (how many distinct nodes of this
+    graph read node i, the output included), ``realizing_users[i]`` (a user of node i is a
+    ``needs_realized_inputs`` op), ``outputs`` (ids the graph returns), ``donated``
+    (inputs whose buffer the graph may write into once they are dead),
+    ``getitem_index[i]`` (which element of a multi-output node a getitem takes)."""
+
+    order: Sequence[int]
+    inputs: Sequence[int]
+    ins: Sequence[Sequence[int]]
+    users: Sequence[int]
+    outputs: Sequence[int]
+    info: Sequence[OpInfo]
+    getitem_index: dict
+    realizing_users: Sequence[bool]
+    donated: frozenset = frozenset()
+
+
+@dataclass
+class Buffer:
+    nbytes: int
+    start: int  # kernel step that writes it (-1: a graph input)
+    end: int  # last kernel step that reads it (-1: never read)
+    node: int  # the node whose value it holds
+    output: bool = False  # outlives the graph
+    input: bool = False
+    reused_by: int = -1  # another buffer written into this one (in-place reuse)
+
+
+@dataclass
+class InductorRun:
+    kernels: list[int]  # per step: the node whose realization (or extern call) it is
+    buffers: list[Buffer] = field(default_factory=list)
+    input_last: dict = field(default_factory=dict)  # graph input id -> last step reading it (-1: none)
+    output_buffers: dict = field(default_factory=dict)  # output node id -> buffer index
+
+
+class _Expr:
+    """An unrealized pointwise expression: its loads ((buffer, index key)), the nodes
+    inlined into it (their ops counted once, as Inductor's op counter CSEs them), whether
+    any op is "heavy" (the CPU realize-on-reuse rule), loads with a non-constant index."""
+
+    __slots__ = ("loads", "nodes", "ops", "heavy", "nontrivial")
+
+    def __init__(self, loads: frozenset, nodes: frozenset, ops: int, heavy: bool, nontrivial: int):
+        self.loads, self.nodes, self.ops, self.heavy, self.nontrivial = loads, nodes, ops, heavy, nontrivial
+
+
+def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
+    info = g.info
+    run = InductorRun([])
+    buffers = run.buffers
+    reads: list[set] = []  # per kernel step: (buffer, key) it loads
+    state: dict[int, tuple] = {}
+
+    def new_buffer(node: int, nbytes: int, step: int) -> int:
+        buffers.append(Buffer(nbytes, step, -1, node))
+        return len(buffers) - 1
+
+    for i in g.inputs:
+        b = new_buffer(i, info[i].bytes, -1)
+        buffers[b].input = True
+        state[i] = ("buf", b)
+
+    def resolve(i: int) -> tuple:
+        """("buf", b) | ("view", b, key) | ("expr", expr, owner) | ("multi", ...) | ("none",)"""
+        st = state.get(i)
+        if st is None:
+            return ("none",)
+        if st[0] == "vexpr":
+            r = resolve(st[1])
+            if r[0] in ("buf", "view"):
+                return ("view", r[1], i)
+            return r
+        if st[0] == "expr":
+            return ("expr", st[1], i)
+        return st
+
+    def loads_of(j: int) -> frozenset:
+        r = resolve(j)
+        if r[0] == "buf":
+            return frozenset({(r[1], None)})
+        if r[0] == "view":
+            return frozenset({(r[1], r[2])})
+        if r[0] == "expr":
+            return r[1].loads
+        return frozenset()
+
+    def kernel(node: int, loaded) -> int:
+        run.kernels.append(node)
+        reads.append(set(loaded))
+        return len(run.kernels) - 1
+
+    def realize(owner: int) -> None:
+        st = state.get(owner)
+        if st is None or st[0] != "expr":
+            return
+        step = kernel(owner, st[1].loads)
+        state[owner] = ("buf", new_buffer(owner, info[owner].bytes, step))
+
+    def realize_input(j: int) -> None:
+        r = resolve(j)
+        if r[0] == "expr":
+            realize(r[2])
+
+    def combine(i: int, args: Sequence[int]) -> _Expr:
+        loads: frozenset = frozenset()
+        nodes = {i}
+        heavy = info[i].heavy
+        for j in args:
+            r = resolve(j)
+            if r[0] == "expr":
+                e = r[1]
+                loads = loads | e.loads
+                nodes |= e.nodes
+                heavy = heavy or e.heavy
+            elif r[0] == "buf":
+                loads = loads | {(r[1], None)}
+            elif r[0] == "view":
+                loads = loads | {(r[1], r[2])}
+        ops = sum(info[n].own_ops for n in nodes) + len(loads)
+        nontrivial = sum(1 for b, _ in loads if info[buffers[b].node].nontrivial)
+        return _Expr(loads, frozenset(nodes), ops, heavy, nontrivial)
+
+    output_set = set(g.outputs)
+
+    def after_lowering(i: int) -> None:
+        """``GraphLowering.run_node``'s store-or-recompute rules for node i's result."""
+        r = resolve(i)
+        if r[0] != "expr":
+            return
+        e, owner = r[1], r[2]
+        users = g.users[i]
+        if users > 1:
+            if g.realizing_users[i] and e.nontrivial > 1:  # realize_hint
+                return realize(owner)
+            if i in output_set and not (len(e.loads) == 0 and e.ops <= rules.opcount):
+                return realize(owner)
+            if (rules.cpu and e.heavy) or e.ops > rules.opcount or len(e.loads) > rules.reads:
+                return realize(owner)  # should_realize_on_reuse
+        if (len(e.loads) > rules.acc_reads or e.ops > rules.opcount) and e.nontrivial > 1:
+            return realize(owner)  # has_exceeded_max_reads, then realize_hint
+        if e.ops > 100:
+            realize(owner)
+
+    for i in g.order:
+        op = info[i]
+        args = g.ins[i]
+        kind = op.kind
+        if kind == GETITEM:
+            st = state.get(args[0], ("none",)) if args else ("none",)
+            if st[0] == "multi":
+                b = st[1].get(g.getitem_index.get(i, 0))
+                state[i] = ("buf", b) if b is not None else ("none",)
+            elif args:
+                state[i] = ("vexpr", args[0]) if resolve(args[0])[0] == "expr" else _view_state(resolve(args[0]), i)
+            continue
+        if kind == VIEW:
+            r = resolve(args[0]) if args else ("none",)
+            if r[0] == "expr":
+                state[i] = ("vexpr", args[0])
+                after_lowering(i)
+            else:
+                state[i] = _view_state(r, i if op.moves else None)
+            continue
+        if kind == POINTWISE:
+            state[i] = ("expr", combine(i, args))
+            after_lowering(i)
+            continue
+        if kind in (REDUCTION, SCATTER, CAT, MUTATE):
+            loaded: set = set()
+            for j in args:
+                loaded |= loads_of(j)
+            step = kernel(i, loaded)
+            if kind == MUTATE:  # written into its first argument: no buffer of its own
+                r = resolve(args[0]) if args else ("none",)
+                state[i] = _view_state(r, None)
+            elif op.multi:
+                state[i] = ("multi", {k: new_buffer(i, nb, step) for k, nb in enumerate(op.nbytes)})
+            else:
+                state[i] = ("buf", new_buffer(i, op.bytes, step))
+            continue
+        # extern and fallback kernels: their inputs are stored first, their outputs are buffers
+        for j in args:
+            realize_input(j)
+        loaded = set()
+        for j in args:
+            loaded |= loads_of(j)
+        step = kernel(i, loaded)
+        if op.multi:
+            state[i] = ("multi", {k: new_buffer(i, nb, step) for k, nb in enumerate(op.nbytes)})
+        elif op.nbytes:
+            state[i] = ("buf", new_buffer(i, op.bytes, step))
+        else:
+            state[i] = ("none",)
+
+    # graph outputs are stored at the end of lowering, in order
+    for o in g.outputs:
+        realize_input(o)
+    for o in g.outputs:
+        r = resolve(o)
+        if r[0] in ("buf", "view") and r[1] is not None:
+            buffers[r[1]].output = True
+            run.output_buffers[o] = r[1]
+    for step, loaded in enumerate(reads):
+        for b, _ in loaded:
+            if buffers[b].end < step:
+                buffers[b].end = step
+    _reuse_in_place(run, reads, g)
+    for b in buffers:
+        if b.input:
+            run.input_last[b.node] = b.end
+    return run
+
+
+def _view_state(r: tuple, key) -> tuple:
+    if r[0] == "buf":
+        return ("view", r[1], key) if key is not None else ("buf", r[1])
+    if r[0] == "view":
+        return ("view", r[1], key if key is not None else r[2])
+    return ("none",)
+
+
+def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph) -> None:
+    """A pointwise or reduction kernel writes its output into a buffer it loads element
+    for element, of the same bytes, whose last use it is (Inductor's in-place update;
+    donated graph inputs included). The two are then one block of memory."""
+    buffers = run.buffers
+    made_at: dict[int, list[int]] = {}
+    for k, b in enumerate(buffers):
+        if b.start >= 0:
+            made_at.setdefault(b.start, []).append(k)
+    root = list(range(len(buffers)))
+
+    def find(k: int) -> int:
+        while root[k] != k:
+            root[k] = root[root[k]]
+            k = root[k]
+        return k
+
+    for step, node in enumerate(run.kernels):
+        if g.info[node].kind not in (POINTWISE, REDUCTION, SCATTER, CAT):
+            continue
+        direct = {find(b) for b, key in reads[step] if key is None}
+        moved = {find(b) for b, key in reads[step] if key is not None}
+        for k in made_at.get(step, ()):
+            out = buffers[k]
+            for r in sorted(direct - moved):
+                cand = buffers[r]
+                if cand.end != step or cand.output or cand.nbytes != out.nbytes or r == k:
+                    continue
+                if cand.input and cand.node not in g.donated:
+                    continue
+                cand.reused_by = k
+                cand.end, cand.output = out.end, out.output
+                out.nbytes = 0
+                root[k] = r
+                direct.discard(r)
+                break
