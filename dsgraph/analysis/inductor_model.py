@@ -50,6 +50,12 @@ _REDUCTIONS = {"sum", "mean", "amax", "amin", "var_mean", "var", "prod", "any", 
                "max", "min", "std", "logsumexp", "norm", "linalg_vector_norm"}
 _SCATTERS = {"_unsafe_masked_index_put_accumulate", "index_put", "_unsafe_index_put", "scatter", "scatter_add",
              "scatter_reduce", "index_add", "embedding_dense_backward", "index_reduce"}
+# lowered to a template or an extern kernel call although not a fallback (their lowering
+# realizes the inputs itself): matmuls and convolutions
+_TEMPLATES = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_int_mm", "_scaled_mm", "_addmm_activation", "convolution",
+              "_convolution", "convolution_backward", "_scaled_dot_product_flash_attention",
+              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+              "_scaled_dot_product_flash_attention_for_cpu", "_flex_attention", "flex_attention"}
 _HEAVY = {"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"}
 _MUTATING = {"copy_"}
 # element-moving ops: an output read through one of them is not read at its own index
@@ -100,6 +106,9 @@ class OpInfo:
     nontrivial: bool = True  # more than one element: a load of it has a non-constant index
     moves: bool = False  # a view that moves elements (permute, slice, ...)
     multi: bool = False  # returns a tuple (its getitems take the elements)
+    dtypes: tuple = ()  # dtype of each output tensor
+    loop: int = 0  # elements its kernel iterates over (a reduction: its input's)
+    numel: int = 0  # elements of its (largest) output
     realizes_inputs: bool = False  # Inductor's needs_realized_inputs: users store what they read
 
     @property
@@ -112,6 +121,16 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     val = node.meta.get("val")
     vals = tensor_values(val)
     nbytes = tuple(int(_numel(t)) * t.element_size() for _, t in vals)
+    info = _classify(node, rules, val, vals, nbytes)
+    info.dtypes = tuple(t.dtype for _, t in vals)
+    info.loop = info.numel = max((_numel(t) for _, t in vals), default=0)
+    if info.kind == REDUCTION:
+        info.loop = max([_numel(a.meta["val"]) for a in node.all_input_nodes
+                         if isinstance(a.meta.get("val"), torch.Tensor)] + [info.loop])
+    return info
+
+
+def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     multi = isinstance(val, (tuple, list))
     nontrivial = any(_numel(t) > 1 for _, t in vals)
     if node.op in ("placeholder", "get_attr"):
@@ -122,7 +141,7 @@ def classify(node: Node, rules: Rules) -> OpInfo:
         return OpInfo(GETITEM, 0, nbytes=nbytes, nontrivial=nontrivial)
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
-        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=True)
+        return OpInfo(EXTERN, nbytes=nbytes, multi=multi)
     name = op_name(node)
     lowerings, fallbacks, needs_realized = _registries()
     realizing = target in needs_realized
@@ -130,8 +149,8 @@ def classify(node: Node, rules: Rules) -> OpInfo:
         return OpInfo(MUTATE, nbytes=nbytes)
     if is_view(node):
         return OpInfo(VIEW, 0, nbytes=nbytes, nontrivial=nontrivial, moves=name in MOVES, multi=multi)
-    if target in fallbacks or realizing or target not in lowerings:
-        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=True)
+    if target in fallbacks or realizing or target not in lowerings or name in _TEMPLATES:
+        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=realizing)
     if name in _REDUCTIONS:
         numel_in = max((_numel(a.meta["val"]) for a in node.all_input_nodes
                         if isinstance(a.meta.get("val"), torch.Tensor)), default=1)
@@ -185,12 +204,15 @@ class EmulatedGraph:
 @dataclass
 class Buffer:
     nbytes: int
+    dtype: object
     start: int  # kernel step that writes it (-1: a graph input)
     end: int  # last kernel step that reads it (-1: never read)
     node: int  # the node whose value it holds
     output: bool = False  # outlives the graph
     input: bool = False
     reused_by: int = -1  # another buffer written into this one (in-place reuse)
+    removed: bool = False  # kernel-local after fusion: never allocated
+    kernel: int = -1  # the kernel that writes it
 
 
 @dataclass
@@ -219,8 +241,9 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     reads: list[set] = []  # per kernel step: (buffer, key) it loads
     state: dict[int, tuple] = {}
 
-    def new_buffer(node: int, nbytes: int, step: int) -> int:
-        buffers.append(Buffer(nbytes, step, -1, node))
+    def new_buffer(node: int, nbytes: int, step: int, element: int = 0) -> int:
+        dtypes = info[node].dtypes
+        buffers.append(Buffer(nbytes, dtypes[element] if element < len(dtypes) else None, step, -1, node, kernel=step))
         return len(buffers) - 1
 
     for i in g.inputs:
@@ -342,7 +365,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 r = resolve(args[0]) if args else ("none",)
                 state[i] = _view_state(r, None)
             elif op.multi:
-                state[i] = ("multi", {k: new_buffer(i, nb, step) for k, nb in enumerate(op.nbytes)})
+                state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
             else:
                 state[i] = ("buf", new_buffer(i, op.bytes, step))
             continue
@@ -354,7 +377,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             loaded |= loads_of(j)
         step = kernel(i, loaded)
         if op.multi:
-            state[i] = ("multi", {k: new_buffer(i, nb, step) for k, nb in enumerate(op.nbytes)})
+            state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
         elif op.nbytes:
             state[i] = ("buf", new_buffer(i, op.bytes, step))
         else:
@@ -368,11 +391,21 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if r[0] in ("buf", "view") and r[1] is not None:
             buffers[r[1]].output = True
             run.output_buffers[o] = r[1]
+    position = list(range(len(run.kernels)))  # where each kernel runs once fused groups are placed
+    _fuse_local(run, reads, g, position)
+    for k, b in enumerate(buffers):
+        if b.start >= 0:
+            b.start = position[b.start]
     for step, loaded in enumerate(reads):
+        at = position[step]
         for b, _ in loaded:
-            if buffers[b].end < step:
-                buffers[b].end = step
-    _reuse_in_place(run, reads, g)
+            if buffers[b].end < at:
+                buffers[b].end = at
+    for b in buffers:
+        if b.start >= 0 and b.end < b.start and b.end >= 0:
+            b.end = b.start
+    _reuse_in_place(run, reads, g, position)
+    _reuse_pool(run, g)
     for b in buffers:
         if b.input:
             run.input_last[b.node] = b.end
@@ -387,15 +420,90 @@ def _view_state(r: tuple, key) -> tuple:
     return ("none",)
 
 
-def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph) -> None:
+_FUSIBLE = (POINTWISE, REDUCTION)
+
+
+def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
+    """Buffers fusion makes kernel-local: a stored pointwise or reduction result that only
+    kernels fusible with it read, each element for element over a compatible loop (the
+    same elements; a reduction's input or output size for its epilogue), is computed
+    inside their fused kernel and never allocated (the scheduler's
+    ``remove_kernel_local_buffers``), provided the group stays acyclic: no reader depends
+    on a group member through a kernel outside it (``will_fusion_create_cycle``). The
+    fused kernel runs once everything its members read from outside is ready: the
+    members move there (``position``), and the removed buffer's loads with them."""
+    buffers = run.buffers
+    info = g.info
+    readers: dict[int, list[tuple[int, object]]] = {}
+    for step, loaded in enumerate(reads):
+        for b, key in loaded:
+            readers.setdefault(b, []).append((step, key))
+
+    def deps(step: int) -> set[int]:
+        return {buffers[b].start for b, _ in reads[step] if buffers[b].start >= 0 and not buffers[b].removed}
+
+    for b_index, b in enumerate(buffers):
+        if b.input or b.output or b.start < 0 or b.nbytes == 0:
+            continue
+        producer = run.kernels[b.start]
+        if info[producer].kind not in _FUSIBLE:
+            continue
+        rs = readers.get(b_index)
+        if not rs:
+            continue
+        if any(key is not None or info[run.kernels[step]].kind not in _FUSIBLE
+               or not _compatible(info[producer], info[run.kernels[step]]) for step, key in rs):
+            continue
+        group = {b.start} | {step for step, _ in rs}
+        if not _acyclic(group, b.start, deps):
+            continue
+        b.nbytes = 0
+        b.removed = True
+        moved = reads[b.start]
+        for step, _ in rs:
+            reads[step].discard((b_index, None))
+            reads[step] |= moved
+            for load in moved:
+                readers.setdefault(load[0], []).append((step, load[1]))
+        outside = [position[d] for m in group for d in deps(m) if d not in group]
+        at = max([position[m] for m in group if m == b.start] + outside)
+        for m in group:
+            position[m] = at
+
+
+def _acyclic(group: set[int], first: int, deps) -> bool:
+    """No member of ``group`` depends on another through a kernel outside it."""
+    seen: set[int] = set()
+    stack = [q for r in group for q in deps(r) if q not in group and q > first]
+    while stack:
+        q = stack.pop()
+        if q in seen:
+            continue
+        seen.add(q)
+        for d in deps(q):
+            if d in group:
+                return False
+            if d > first:
+                stack.append(d)
+    return True
+
+
+def _compatible(producer: OpInfo, reader: OpInfo) -> bool:
+    if producer.loop == reader.loop:
+        return True
+    # a reduction's result read by a pointwise epilogue over the reduction's input or output
+    return producer.kind == REDUCTION and reader.kind == POINTWISE and reader.loop in (producer.loop, producer.numel)
+
+
+def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
     """A pointwise or reduction kernel writes its output into a buffer it loads element
     for element, of the same bytes, whose last use it is (Inductor's in-place update;
     donated graph inputs included). The two are then one block of memory."""
     buffers = run.buffers
     made_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):
-        if b.start >= 0:
-            made_at.setdefault(b.start, []).append(k)
+        if b.kernel >= 0:
+            made_at.setdefault(b.kernel, []).append(k)
     root = list(range(len(buffers)))
 
     def find(k: int) -> int:
@@ -404,16 +512,18 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph) -> Non
             k = root[k]
         return k
 
-    for step, node in enumerate(run.kernels):
+    for step in sorted(range(len(run.kernels)), key=position.__getitem__):
+        node = run.kernels[step]
         if g.info[node].kind not in (POINTWISE, REDUCTION, SCATTER, CAT):
             continue
         direct = {find(b) for b, key in reads[step] if key is None}
         moved = {find(b) for b, key in reads[step] if key is not None}
+        at = position[step]
         for k in made_at.get(step, ()):
             out = buffers[k]
             for r in sorted(direct - moved):
                 cand = buffers[r]
-                if cand.end != step or cand.output or cand.nbytes != out.nbytes or r == k:
+                if cand.end != at or cand.output or cand.nbytes != out.nbytes or r == k or cand.removed:
                     continue
                 if cand.input and cand.node not in g.donated:
                     continue
@@ -423,3 +533,73 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph) -> Non
                 root[k] = r
                 direct.discard(r)
                 break
+    for node, k in list(run.output_buffers.items()):
+        run.output_buffers[node] = find(k)
+
+
+def _reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
+    """The wrapper's buffer pool (``MemoryPlanningState``): a freed buffer goes into a pool
+    keyed by its bytes and dtype and is not released; a later allocation of the same key
+    takes the most recently freed one if holding it meanwhile keeps the graph's live bytes
+    (Inductor's own estimate: buffers and freeable inputs, ``EfficientPeakEstimate``)
+    within the graph's peak, or if it was freed by the step just before. The two are then
+    one block, from the first allocation to the last use of the last holder."""
+    buffers = run.buffers
+    steps = len(run.kernels)
+    if steps == 0:
+        return
+    delta = [0] * (steps + 2)
+    for b in buffers:
+        if b.nbytes == 0:
+            continue
+        if b.input:
+            if b.node in g.donated and b.end >= 0:  # a freeable input: live until its last use
+                delta[0] += b.nbytes
+                delta[b.end + 1] -= b.nbytes
+            continue
+        delta[b.start] += b.nbytes
+        if not b.output:
+            delta[max(b.end, b.start) + 1] -= b.nbytes
+    curve, acc = [], 0
+    for d in delta[:steps]:
+        acc += d
+        curve.append(acc)
+    overall = max(curve)
+    allocated_at: dict[int, list[int]] = {}
+    ending_at: dict[int, list[int]] = {}
+    for k, b in enumerate(buffers):
+        if b.input or b.nbytes == 0:
+            continue
+        allocated_at.setdefault(b.start, []).append(k)
+        if not b.output:
+            ending_at.setdefault(max(b.end, b.start), []).append(k)
+    pool: dict[tuple, list[tuple[int, int]]] = {}  # (bytes, dtype) -> [(block, step freed after)]
+    moved: dict[int, int] = {}
+    for step in range(steps):
+        for k in allocated_at.get(step, ()):
+            b = buffers[k]
+            stack = pool.get((b.nbytes, b.dtype))
+            if not stack:
+                continue
+            root, freed = stack.pop()
+            if freed + 1 == step or b.nbytes + max(curve[freed + 1:step], default=0) <= overall:
+                for t in range(freed + 1, step):
+                    curve[t] += b.nbytes
+                r = buffers[root]
+                r.end, r.output = b.end, b.output
+                moved[k] = root
+                if not b.output:
+                    ending_at.setdefault(max(b.end, b.start), []).append(root)
+                b.nbytes = 0
+            else:
+                stack.append((root, freed))
+        for k in ending_at.get(step, ()):
+            b = buffers[k]
+            if b.nbytes == 0 or b.output or max(b.end, b.start) != step:
+                continue  # taken over by another buffer, or its block now ends elsewhere
+            pool.setdefault((b.nbytes, b.dtype), []).append((k, step))
+    if moved:
+        for node, out in list(run.output_buffers.items()):
+            while out in moved:
+                out = moved[out]
+            run.output_buffers[node] = out

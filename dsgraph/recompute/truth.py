@@ -53,6 +53,9 @@ class CompiledPeaks:
     plans: dict[str, GraphPlan] = field(default_factory=dict)  # Inductor's per stage
     external: int = 0
     origins: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # stage -> Inductor buffer -> FX nodes
+    origin_node: dict[str, dict[str, str | None]] = field(default_factory=dict)  # stage -> buffer -> its FX node
+    # stage -> (step, buffer, its FX node, bytes, reuses) of each buffer Inductor's wrapper allocates or reuses
+    allocations: dict[str, list[tuple]] = field(default_factory=dict)
 
     @property
     def fx_peak(self) -> int:
@@ -89,6 +92,32 @@ def forward_inputs(fw: GraphModule) -> list[Interval]:
     """What the forward graph receives, each storage once: memory of the whole step."""
     lifetimes = TensorLifetimes(fw)
     return [Interval(f"input:{s.name}", s.nbytes, 0, 0, s.nbytes_expr) for s in lifetimes.storages if s.is_input]
+
+
+def _allocations(graph) -> list[tuple]:
+    """(scheduler step, buffer, the FX node it holds, bytes, the buffer it reuses or None),
+    for debugging predictions buffer by buffer."""
+    from torch._inductor.virtualized import V
+
+    step_of = {}
+    for step, snode in enumerate(graph.scheduler.nodes):
+        for buf in snode.get_outputs():
+            step_of[buf.get_name()] = step
+    out = []
+    with V.set_graph_handler(graph):
+        for line in getattr(graph.wrapper_code, "lines", []):
+            kind = type(line).__name__
+            if kind not in ("AllocateLine", "ReuseLine"):
+                continue
+            node = line.reused_as if kind == "ReuseLine" else line.node
+            name = node.get_name()
+            try:
+                nbytes = compat.inductor_size_hint(node.get_layout().storage_size()) * node.get_dtype().itemsize
+            except Exception:
+                nbytes = -1
+            origin = getattr(getattr(node, "origin_node", None), "name", None)
+            out.append((step_of.get(name, -1), name, origin, nbytes, line.node.get_name() if kind == "ReuseLine" else None))
+    return out
 
 
 def _caused_by(e: BaseException | None, cls: type) -> bool:
@@ -146,7 +175,7 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
     code; ``True`` compiles and runs Inductor's kernels."""
     from torch._functorch.compile_utils import fx_graph_cse
 
-    seen: dict = {"graphs": {}, "plans": {}, "origins": {}}
+    seen: dict = {"graphs": {}, "plans": {}, "origins": {}, "origin_node": {}, "allocations": {}}
 
     def partition(gm, joint_inputs, **kwargs):
         gm.graph = fx_graph_cse(gm.graph)
@@ -174,6 +203,9 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
         seen["plans"][stage] = inductor_plan(graph)
         seen["origins"][stage] = {buf.get_name(): sorted(o.name for o in getattr(buf, "origins", ()) or ())
                                   for buf in graph.buffers}
+        seen["origin_node"][stage] = {buf.get_name(): getattr(getattr(buf, "origin_node", None), "name", None)
+                                      for buf in graph.buffers}
+        seen["allocations"][stage] = _allocations(graph)
         return compiled
 
     def backend(gm, example_inputs):
@@ -193,4 +225,4 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
         bw_plan.input_bytes, bw_plan.input_expr = dict(bw_fx.input_bytes), dict(bw_fx.input_expr)
         real = stitch(fw_plan, bw_plan, external, saved)
     return CompiledPeaks(fx, real, saved, fw, bw, seen["joint"], seen["plans"], sum(iv.nbytes for iv in external),
-                         seen["origins"])
+                         seen["origins"], seen["origin_node"], seen["allocations"])
