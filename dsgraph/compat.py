@@ -357,4 +357,5 @@ def inductor_rules(device_type: str) -> dict[str, Any]:
             c, "_realize_acc_reads_threshold_default", 8)
     return dict(cpu=cpu, opcount=int(opcount), reads=int(c.realize_reads_threshold), acc_reads=int(acc),
                 pointwise_cat_inputs=int(getattr(c, "max_pointwise_cat_inputs", 8)),
-                unroll=int(getattr(c, "unroll_reductions_threshold", 8)))
+                unroll=int(getattr(c, "unroll_reductions_threshold", 8)),
+                keep_half_addmm=bool(getattr(c, "keep_addmm_fused_for_half_dtypes", False)))

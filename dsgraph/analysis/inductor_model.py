@@ -89,6 +89,7 @@ class Rules:
     acc_reads: int  # realize_acc_reads_threshold (CPU: realize_cpu_acc_reads_threshold)
     pointwise_cat_inputs: int  # GPU: a cat of at most this many inputs is pointwise
     unroll: int  # unroll_reductions_threshold: shorter reductions become pointwise
+    keep_half_addmm: bool = False  # keep_addmm_fused_for_half_dtypes
 
     @staticmethod
     def for_device(device_type: str) -> "Rules":
@@ -109,6 +110,7 @@ class OpInfo:
     dtypes: tuple = ()  # dtype of each output tensor
     loop: int = 0  # elements its kernel iterates over (a reduction: its input's)
     numel: int = 0  # elements of its (largest) output
+    name: str = ""  # the op's name (``mm``, ``add``)
     realizes_inputs: bool = False  # Inductor's needs_realized_inputs: users store what they read
 
     @property
@@ -123,6 +125,7 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     nbytes = tuple(int(_numel(t)) * t.element_size() for _, t in vals)
     info = _classify(node, rules, val, vals, nbytes)
     info.dtypes = tuple(t.dtype for _, t in vals)
+    info.name = op_name(node) if node.op == "call_function" else ""
     info.loop = info.numel = max((_numel(t) for _, t in vals), default=0)
     if info.kind == REDUCTION:
         info.loop = max([_numel(a.meta["val"]) for a in node.all_input_nodes
@@ -199,6 +202,7 @@ class EmulatedGraph:
     getitem_index: dict
     realizing_users: Sequence[bool]
     donated: frozenset = frozenset()
+    pointwise_users: Sequence[bool] = ()  # every user of node i is pointwise (through views)
 
 
 @dataclass
@@ -218,6 +222,7 @@ class Buffer:
 @dataclass
 class InductorRun:
     kernels: list[int]  # per step: the node whose realization (or extern call) it is
+    kinds: list[int] = field(default_factory=list)  # per step: what the kernel is (POINTWISE, EXTERN, ...)
     buffers: list[Buffer] = field(default_factory=list)
     input_last: dict = field(default_factory=dict)  # graph input id -> last step reading it (-1: none)
     output_buffers: dict = field(default_factory=dict)  # output node id -> buffer index
@@ -275,8 +280,9 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             return r[1].loads
         return frozenset()
 
-    def kernel(node: int, loaded) -> int:
+    def kernel(node: int, loaded, kind: int | None = None) -> int:
         run.kernels.append(node)
+        run.kinds.append(info[node].kind if kind is None else kind)
         reads.append(set(loaded))
         return len(run.kernels) - 1
 
@@ -284,7 +290,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         st = state.get(owner)
         if st is None or st[0] != "expr":
             return
-        step = kernel(owner, st[1].loads)
+        step = kernel(owner, st[1].loads, POINTWISE)
         state[owner] = ("buf", new_buffer(owner, info[owner].bytes, step))
 
     def realize_input(j: int) -> None:
@@ -312,6 +318,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         return _Expr(loads, frozenset(nodes), ops, heavy, nontrivial)
 
     output_set = set(g.outputs)
+    absorbed, addmms = _addmm_patterns(g, rules)
 
     def after_lowering(i: int) -> None:
         """``GraphLowering.run_node``'s store-or-recompute rules for node i's result."""
@@ -352,6 +359,13 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             else:
                 state[i] = _view_state(r, i if op.moves else None)
             continue
+        if i in absorbed:  # an mm the post-grad pass folds into the add after it (addmm)
+            state[i] = ("none",)
+            continue
+        if i in addmms:
+            mm, inp = addmms[i]
+            args = list(g.ins[mm]) + [inp]
+            kind = EXTERN
         if kind == POINTWISE:
             state[i] = ("expr", combine(i, args))
             after_lowering(i)
@@ -375,7 +389,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         loaded = set()
         for j in args:
             loaded |= loads_of(j)
-        step = kernel(i, loaded)
+        step = kernel(i, loaded, EXTERN)
         if op.multi:
             state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
         elif op.nbytes:
@@ -412,6 +426,30 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     return run
 
 
+def _addmm_patterns(g: EmulatedGraph, rules: Rules) -> tuple[set[int], dict[int, tuple[int, int]]]:
+    """Inductor's post-grad pass rewrites ``add(mm(a, b), c)`` into ``addmm(c, a, b)``
+    (one extern kernel writes the sum; ``c`` must be in memory), when the mm has no other
+    user, ``c`` has the mm's dtype, and not on a GPU where every user of the sum is
+    pointwise (``is_valid_addmm_fusion``, ``should_prefer_unfused_addmm``).
+    Returns (the folded mms, add -> (mm, c))."""
+    info = g.info
+    absorbed: set[int] = set()
+    addmms: dict[int, tuple[int, int]] = {}
+    for i in g.order:
+        if info[i].name != "add" or len(g.ins[i]) != 2:
+            continue
+        if not rules.cpu and (not g.pointwise_users or g.pointwise_users[i]):
+            continue
+        a, b = g.ins[i]
+        for mm, inp in ((a, b), (b, a)):
+            if (info[mm].name == "mm" and mm not in absorbed and g.users[mm] == 1 and mm != inp
+                    and info[inp].dtypes[:1] == info[mm].dtypes[:1] and info[inp].numel <= info[mm].numel):
+                absorbed.add(mm)
+                addmms[i] = (mm, inp)
+                break
+    return absorbed, addmms
+
+
 def _view_state(r: tuple, key) -> tuple:
     if r[0] == "buf":
         return ("view", r[1], key) if key is not None else ("buf", r[1])
@@ -446,13 +484,14 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
         if b.input or b.output or b.start < 0 or b.nbytes == 0:
             continue
         producer = run.kernels[b.start]
-        if info[producer].kind not in _FUSIBLE:
+        if run.kinds[b.start] not in _FUSIBLE:
             continue
         rs = readers.get(b_index)
         if not rs:
             continue
-        if any(key is not None or info[run.kernels[step]].kind not in _FUSIBLE
-               or not _compatible(info[producer], info[run.kernels[step]]) for step, key in rs):
+        if any(key is not None or run.kinds[step] not in _FUSIBLE
+               or not _compatible(info[producer], info[run.kernels[step]], run.kinds[b.start], run.kinds[step])
+               for step, key in rs):
             continue
         group = {b.start} | {step for step, _ in rs}
         if not _acyclic(group, b.start, deps):
@@ -488,11 +527,13 @@ def _acyclic(group: set[int], first: int, deps) -> bool:
     return True
 
 
-def _compatible(producer: OpInfo, reader: OpInfo) -> bool:
-    if producer.loop == reader.loop:
+def _compatible(producer: OpInfo, reader: OpInfo, producer_kind: int, reader_kind: int) -> bool:
+    p_loop = producer.loop if producer_kind == REDUCTION else producer.numel
+    r_loop = reader.loop if reader_kind == REDUCTION else reader.numel
+    if p_loop == r_loop:
         return True
     # a reduction's result read by a pointwise epilogue over the reduction's input or output
-    return producer.kind == REDUCTION and reader.kind == POINTWISE and reader.loop in (producer.loop, producer.numel)
+    return producer_kind == REDUCTION and reader_kind == POINTWISE and r_loop in (producer.loop, producer.numel)
 
 
 def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
@@ -505,6 +546,12 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positi
         if b.kernel >= 0:
             made_at.setdefault(b.kernel, []).append(k)
     root = list(range(len(buffers)))
+    # a buffer is written over only by its one reader (``remaining_uses == 1``: fused
+    # kernels count each member that reads it)
+    reader_count: dict[int, int] = {}
+    for loaded in reads:
+        for b in {b for b, _ in loaded}:
+            reader_count[b] = reader_count.get(b, 0) + 1
 
     def find(k: int) -> int:
         while root[k] != k:
@@ -513,8 +560,7 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positi
         return k
 
     for step in sorted(range(len(run.kernels)), key=position.__getitem__):
-        node = run.kernels[step]
-        if g.info[node].kind not in (POINTWISE, REDUCTION, SCATTER, CAT):
+        if run.kinds[step] not in (POINTWISE, REDUCTION, SCATTER, CAT):
             continue
         direct = {find(b) for b, key in reads[step] if key is None}
         moved = {find(b) for b, key in reads[step] if key is not None}
@@ -524,6 +570,8 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positi
             for r in sorted(direct - moved):
                 cand = buffers[r]
                 if cand.end != at or cand.output or cand.nbytes != out.nbytes or r == k or cand.removed:
+                    continue
+                if reader_count.get(r, 0) > 1 and cand.reused_by < 0:
                     continue
                 if cand.input and cand.node not in g.donated:
                     continue

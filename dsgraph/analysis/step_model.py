@@ -34,7 +34,7 @@ from typing import Iterable, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from .inductor_model import EmulatedGraph, OpInfo, Rules, classify, emulate, GETITEM, PLACEHOLDER
+from .inductor_model import EmulatedGraph, OpInfo, Rules, classify, emulate, GETITEM, PLACEHOLDER, VIEW
 from .lifetimes import TensorLifetimes, tensor_values
 from .sweep import live_per_step
 
@@ -372,12 +372,24 @@ class StepModel:
         output_set = set(outputs)
         users = {}
         realizing = {}
+        pointwise = {}
         for i in members:
             us = [u for u in self.users[i] if u in members]
             users[i] = len(set(us)) + (1 if i in output_set else 0)
             realizing[i] = any(self.info[u].realizes_inputs for u in us)
+            pointwise[i] = i not in output_set and all(self._pointwise_use(u, members) for u in us)
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
-                             frozenset(donated))
+                             frozenset(donated), pointwise)
+
+    def _pointwise_use(self, u: int, members: set[int], depth: int = 0) -> bool:
+        """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are."""
+        node = self.nodes[u]
+        if node.op != "call_function" or depth > 8:
+            return False
+        if self.info[u].kind in (VIEW, GETITEM):
+            return all(self._pointwise_use(w, members, depth + 1) for w in self.users[u] if w in members)
+        target = node.target
+        return isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags
 
     def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None) -> StepPeak:
         saved_out = [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
