@@ -216,6 +216,7 @@ class Buffer:
     input: bool = False
     reused_by: int = -1  # another buffer written into this one (in-place reuse)
     removed: bool = False  # kernel-local after fusion: never allocated
+    planned: tuple = ()  # (start, end, bytes) as Inductor's peak estimate sees it (before fusion and reuse)
     kernel: int = -1  # the kernel that writes it
 
 
@@ -406,6 +407,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             buffers[r[1]].output = True
             run.output_buffers[o] = r[1]
     position = list(range(len(run.kernels)))  # where each kernel runs once fused groups are placed
+    original = [b.nbytes for b in buffers]
     _fuse_local(run, reads, g, position)
     for k, b in enumerate(buffers):
         if b.start >= 0:
@@ -418,6 +420,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     for b in buffers:
         if b.start >= 0 and b.end < b.start and b.end >= 0:
             b.end = b.start
+    for b, nbytes in zip(buffers, original):
+        b.planned = (b.start, b.end, nbytes)
     _reuse_in_place(run, reads, g, position)
     _reuse_pool(run, g)
     for b in buffers:
@@ -596,18 +600,21 @@ def _reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     steps = len(run.kernels)
     if steps == 0:
         return
+    # Inductor's estimate sees every scheduler buffer, those fusion later makes kernel-local
+    # and those written in place included
     delta = [0] * (steps + 2)
     for b in buffers:
-        if b.nbytes == 0:
+        start, end, nbytes = b.planned
+        if nbytes == 0:
             continue
         if b.input:
-            if b.node in g.donated and b.end >= 0:  # a freeable input: live until its last use
-                delta[0] += b.nbytes
-                delta[b.end + 1] -= b.nbytes
+            if b.node in g.donated and end >= 0:  # a freeable input: live until its last use
+                delta[0] += nbytes
+                delta[end + 1] -= nbytes
             continue
-        delta[b.start] += b.nbytes
+        delta[start] += nbytes
         if not b.output:
-            delta[max(b.end, b.start) + 1] -= b.nbytes
+            delta[max(end, start) + 1] -= nbytes
     curve, acc = [], 0
     for d in delta[:steps]:
         acc += d
