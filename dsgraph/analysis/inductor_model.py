@@ -465,70 +465,124 @@ def _view_state(r: tuple, key) -> tuple:
 _FUSIBLE = (POINTWISE, REDUCTION)
 
 
+MAX_FUSION = 64  # config.max_fusion_size; also the horizontal fusion distance (are_long_distant_nodes)
+
+
 def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
-    """Buffers fusion makes kernel-local: a stored pointwise or reduction result that only
-    kernels fusible with it read, each element for element over a compatible loop (the
-    same elements; a reduction's input or output size for its epilogue), is computed
-    inside their fused kernel and never allocated (the scheduler's
-    ``remove_kernel_local_buffers``), provided the group stays acyclic: no reader depends
-    on a group member through a kernel outside it (``will_fusion_create_cycle``). The
-    fused kernel runs once everything its members read from outside is ready: the
-    members move there (``position``), and the removed buffer's loads with them."""
+    """The scheduler's fusion, as far as memory goes. Pointwise and reduction kernels fuse
+    with a producer they read element for element over a compatible loop (the same
+    elements; a reduction's input or output for its epilogue), and with kernels of the same
+    loop that read a buffer they read (horizontal fusion, within ``MAX_FUSION`` kernels),
+    as long as the group stays acyclic (no member depends on another through a kernel
+    outside it: ``will_fusion_create_cycle``) and within ``MAX_FUSION`` kernels. A group
+    runs once everything its members read from outside is ready (``position``). A stored
+    result only its own group reads is kernel-local: never allocated
+    (``remove_kernel_local_buffers``)."""
     buffers = run.buffers
     info = g.info
+    kinds = run.kinds
+    n = len(run.kernels)
     readers: dict[int, list[tuple[int, object]]] = {}
     for step, loaded in enumerate(reads):
         for b, key in loaded:
             readers.setdefault(b, []).append((step, key))
+    deps = [{buffers[b].start for b, _ in reads[k] if buffers[b].start >= 0 and buffers[b].start != k} for k in range(n)]
+    parent = list(range(n))
+    members: dict[int, list[int]] = {k: [k] for k in range(n)}
 
-    def deps(step: int) -> set[int]:
-        return {buffers[b].start for b, _ in reads[step] if buffers[b].start >= 0 and not buffers[b].removed}
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
 
+    def group_acyclic(ra: int, rb: int) -> bool:
+        """Would the merged group depend on itself through another group?"""
+        low = min(min(members[ra]), min(members[rb]))
+        start = {find(d) for r in (ra, rb) for m in members[r] for d in deps[m]} - {ra, rb}
+        seen: set[int] = set()
+        stack = [q for q in start if max(members[q]) > low]
+        while stack:
+            q = stack.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            if len(seen) > 4 * MAX_FUSION:
+                return False  # too far to tell cheaply: do not fuse
+            for d in {find(d) for m in members[q] for d in deps[m]}:
+                if d in (ra, rb):
+                    return False
+                if d != q and d not in seen and max(members[d]) > low:
+                    stack.append(d)
+        return True
+
+    def try_union(a: int, b: int) -> bool:
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            return True
+        merged = members[ra] + members[rb]
+        if len(merged) > MAX_FUSION or not group_acyclic(ra, rb):
+            return False
+        if len(members[ra]) < len(members[rb]):
+            ra, rb = rb, ra
+        parent[rb] = ra
+        members[ra] = merged
+        del members[rb]
+        return True
+
+    def loop_of(k: int) -> int:
+        return info[run.kernels[k]].loop if kinds[k] == REDUCTION else info[run.kernels[k]].numel
+
+    # vertical: a producer with the readers that can take its result element for element
     for b_index, b in enumerate(buffers):
-        if b.input or b.output or b.start < 0 or b.nbytes == 0:
+        if b.input or b.start < 0 or kinds[b.start] not in _FUSIBLE:
             continue
-        producer = run.kernels[b.start]
-        if run.kinds[b.start] not in _FUSIBLE:
+        producer = info[run.kernels[b.start]]
+        for step, key in readers.get(b_index, ()):
+            if (key is None and kinds[step] in _FUSIBLE and step != b.start
+                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])):
+                try_union(b.start, step)
+    # horizontal: kernels of one loop that read a common buffer, not too far apart
+    for b_index, rs in readers.items():
+        fusible = sorted({step for step, _ in rs if kinds[step] in _FUSIBLE})
+        for a, c in zip(fusible, fusible[1:]):
+            if c - a <= MAX_FUSION and loop_of(a) == loop_of(c):
+                try_union(a, c)
+    # kernel-local buffers
+    for b_index, b in enumerate(buffers):
+        if b.input or b.output or b.start < 0 or b.nbytes == 0 or kinds[b.start] not in _FUSIBLE:
             continue
         rs = readers.get(b_index)
-        if not rs:
+        if rs and all(key is None and find(step) == find(b.start) for step, key in rs):
+            b.nbytes = 0
+            b.removed = True
+    # where each group runs: the scheduler's topological sort visits kernels in order and
+    # places a group where it meets its first member, after the groups it needs
+    placed: set[int] = set()
+    order: list[int] = []
+    for k in range(n):
+        root = find(k)
+        if root in placed:
             continue
-        if any(key is not None or run.kinds[step] not in _FUSIBLE
-               or not _compatible(info[producer], info[run.kernels[step]], run.kinds[b.start], run.kinds[step])
-               for step, key in rs):
-            continue
-        group = {b.start} | {step for step, _ in rs}
-        if not _acyclic(group, b.start, deps):
-            continue
-        b.nbytes = 0
-        b.removed = True
-        moved = reads[b.start]
-        for step, _ in rs:
-            reads[step].discard((b_index, None))
-            reads[step] |= moved
-            for load in moved:
-                readers.setdefault(load[0], []).append((step, load[1]))
-        outside = [position[d] for m in group for d in deps(m) if d not in group]
-        at = max([position[m] for m in group if m == b.start] + outside)
-        for m in group:
+        stack = [(root, False)]
+        visiting: set[int] = set()
+        while stack:
+            r, ready = stack.pop()
+            if r in placed:
+                continue
+            if ready:
+                placed.add(r)
+                order.append(r)
+                continue
+            if r in visiting:
+                continue  # a cycle the fusion checks missed: place it where it is met
+            visiting.add(r)
+            stack.append((r, True))
+            needed = sorted({find(d) for m in members[r] for d in deps[m]} - placed - {r} - visiting, reverse=True)
+            stack.extend((q, False) for q in needed)
+    for at, root in enumerate(order):
+        for m in members[root]:
             position[m] = at
-
-
-def _acyclic(group: set[int], first: int, deps) -> bool:
-    """No member of ``group`` depends on another through a kernel outside it."""
-    seen: set[int] = set()
-    stack = [q for r in group for q in deps(r) if q not in group and q > first]
-    while stack:
-        q = stack.pop()
-        if q in seen:
-            continue
-        seen.add(q)
-        for d in deps(q):
-            if d in group:
-                return False
-            if d > first:
-                stack.append(d)
-    return True
 
 
 def _compatible(producer: OpInfo, reader: OpInfo, producer_kind: int, reader_kind: int) -> bool:
