@@ -217,6 +217,7 @@ class Buffer:
     reused_by: int = -1  # another buffer written into this one (in-place reuse)
     removed: bool = False  # kernel-local after fusion: never allocated
     planned: tuple = ()  # (start, end, bytes) as Inductor's peak estimate sees it (before fusion and reuse)
+    planned_bytes: int = 0  # its bytes before fusion made it kernel-local
     kernel: int = -1  # the kernel that writes it
 
 
@@ -408,6 +409,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             run.output_buffers[o] = r[1]
     position = list(range(len(run.kernels)))  # where each kernel runs once fused groups are placed
     original = [b.nbytes for b in buffers]
+    for b in buffers:
+        b.planned_bytes = b.nbytes
     _fuse_local(run, reads, g, position)
     for k, b in enumerate(buffers):
         if b.start >= 0:
@@ -580,9 +583,155 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
             stack.append((r, True))
             needed = sorted({find(d) for m in members[r] for d in deps[m]} - placed - {r} - visiting, reverse=True)
             stack.extend((q, False) for q in needed)
+    order = _reorder_for_peak_memory(order, members, find, reads, run, g)
     for at, root in enumerate(order):
         for m in members[root]:
             position[m] = at
+
+
+def _reorder_for_peak_memory(order: list[int], members: dict, find, reads: list[set], run: InductorRun,
+                             g: EmulatedGraph) -> list[int]:
+    """Inductor's ``reorder_for_peak_memory`` on the fused kernels: the scheduler's order,
+    a least-peak-memory-first greedy order, a breadth-first and a depth-first one; the
+    order of least estimated peak wins (the first of equals). The estimate counts every
+    buffer a fused kernel writes (before fusion removes any) and the freeable inputs."""
+    buffers = run.buffers
+    index = {root: k for k, root in enumerate(order)}
+    size = {root: 0 for root in order}
+    writes: dict[int, int] = {}  # buffer -> its group
+    for k, b in enumerate(buffers):
+        if b.input or b.kernel < 0:
+            continue
+        root = find(b.kernel)
+        writes[k] = root
+        size[root] += b.planned_bytes
+    preds: dict[int, set[int]] = {root: set() for root in order}
+    succs: dict[int, set[int]] = {root: set() for root in order}
+    pred_buffers: dict[int, set[int]] = {root: set() for root in order}
+    buffer_succs: dict[int, set[int]] = {}
+    for root in order:
+        for m in members[root]:
+            for b, _ in reads[m]:
+                src = writes.get(b)
+                if src == root:
+                    continue
+                if src is None and not (buffers[b].input and buffers[b].node in g.donated):
+                    continue  # not freeable: no memory to track
+                pred_buffers[root].add(b)
+                buffer_succs.setdefault(b, set()).add(root)
+                if src is not None:
+                    preds[root].add(src)
+                    succs[src].add(root)
+    outputs = {k for k, b in enumerate(buffers) if b.output and k in writes}
+    freeable = {b for b in buffer_succs if writes.get(b) is None}
+    bsize = {k: buffers[k].planned_bytes for k in list(writes) + list(freeable)}
+
+    def estimate(candidate: list[int]) -> int:
+        at = {root: k for k, root in enumerate(candidate)}
+        delta = [0] * (len(candidate) + 1)
+        for b in freeable:
+            delta[0] += bsize[b]
+            delta[max(at[r] for r in buffer_succs[b]) + 1] -= bsize[b]
+        for b, root in writes.items():
+            start = at[root]
+            delta[start] += bsize[b]
+            if b in outputs:
+                continue
+            end = max((at[r] for r in buffer_succs.get(b, ())), default=start)
+            delta[end + 1] -= bsize[b]
+        peak = acc = 0
+        for d in delta[:-1]:
+            acc += d
+            peak = max(peak, acc)
+        return peak
+
+    candidates = [order]
+    for method in (_lpmf, _bfs, _dfs):
+        candidates.append(method(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, outputs,
+                                 freeable, writes))
+    peaks = [estimate(c) for c in candidates]
+    return candidates[peaks.index(min(peaks))]
+
+
+def _lpmf(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, outputs, freeable, writes):
+    """``topological_sort_lpmf``: among the kernels ready to run, one whose outputs fit
+    under the peak so far, freeing the most; else the smallest."""
+    indegree = {r: len(preds[r]) for r in order}
+    outdegree = {b: len(buffer_succs.get(b, ())) + (1 if b in outputs else 0) for b in bsize}
+    to_free = {r: 0 for r in order}
+    for r in order:
+        for b in pred_buffers[r]:
+            if outdegree.get(b) == 1:
+                to_free[r] += bsize[b]
+    for b, root in writes.items():
+        if outdegree.get(b, 0) == 0:
+            to_free[root] += bsize[b]
+    live = sum(bsize[b] for b in freeable)
+    out_memory = sum(bsize[b] for b in outputs)
+    peak = max(live, out_memory)
+    gap = peak - live
+    ready = {r for r in order if indegree[r] == 0}
+    schedule = []
+    while ready:
+        pick = min(ready, key=lambda r: (size[r] if size[r] > gap else 0, size[r] - to_free[r], index[r]))
+        ready.remove(pick)
+        schedule.append(pick)
+        live += size[pick]
+        peak = max(peak, live)
+        live -= to_free[pick]
+        gap = peak - live
+        for s in succs[pick]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.add(s)
+        for b in pred_buffers[pick]:
+            outdegree[b] -= 1
+            if outdegree[b] == 1:
+                for s in buffer_succs.get(b, ()):
+                    to_free[s] += bsize[b]
+    return schedule if len(schedule) == len(order) else order
+
+
+def _bfs(order, index, size, preds, succs, *_):
+    """``topological_sort_bfs``: the ready kernel whose inputs were made earliest."""
+    import heapq
+
+    indegree = {r: len(preds[r]) for r in order}
+    done: dict[int, int] = {}
+    heap = [([], index[r], r) for r in order if indegree[r] == 0]
+    heapq.heapify(heap)
+    schedule = []
+    while heap:
+        _, _, pick = heapq.heappop(heap)
+        done[pick] = len(schedule)
+        schedule.append(pick)
+        for s in succs[pick]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(heap, (sorted({done[p] for p in preds[s]}), index[s], s))
+    return schedule if len(schedule) == len(order) else order
+
+
+def _dfs(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, *_):
+    """``topological_sort_dfs``: kernels visited by the bytes they touch, each after what it needs."""
+    weight = {r: size[r] + sum(bsize[b] for b in pred_buffers[r]) for r in order}
+    seen: set[int] = set()
+    schedule = []
+    for start in sorted(order, key=lambda r: (weight[r], index[r])):
+        stack = [(start, False)]
+        while stack:
+            r, ready = stack.pop()
+            if ready:
+                schedule.append(r)
+                continue
+            if r in seen:
+                continue
+            seen.add(r)
+            stack.append((r, True))
+            for p in sorted(preds[r], key=lambda q: (weight[q], index[q]), reverse=True):
+                if p not in seen:
+                    stack.append((p, False))
+    return schedule if len(schedule) == len(order) else order
 
 
 def _compatible(producer: OpInfo, reader: OpInfo, producer_kind: int, reader_kind: int) -> bool:
