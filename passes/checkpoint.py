@@ -65,6 +65,6 @@ def run(gm, ctx: PassContext) -> PassResult:
     # a second compile after Inductor's plan overran the budget plans with the overrun
     # reserved (the session checks Inductor's plan against the budget, see session.py)
     plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=extra,
-                           margin=ctx.shared.get("checkpoint_margin", 0))
+                           margin=ctx.shared.get("checkpoint_margin", 0), executor="inductor" if ctx.config.options.inductor else "fx")
     apply_checkpoint(plan, ctx)
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions), stats=plan.stats())

@@ -70,7 +70,9 @@ def _is_tangent(node: Node) -> bool:
 
 class StepModel:
     def __init__(self, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int] = (),
-                 device_type: str | None = None, extra_external: int = 0):
+                 device_type: str | None = None, extra_external: int = 0, external: int | None = None):
+        """``external``: bytes alive through the step (default: the primals' storages, each
+        once), plus ``extra_external`` (a gradient pool)."""
         self.gm = gm
         nodes = list(gm.graph.nodes)
         self.nodes = nodes
@@ -132,7 +134,9 @@ class StepModel:
                     touched.extend(elements.get(a, ()))
             self.uses.append(tuple(dict.fromkeys(touched)))
         self.primal_storages = frozenset(self.storage_of[i] for i in self.primals if self.storage_of[i] >= 0)
-        self.external = sum(self.storage_bytes[s] for s in self.primal_storages) + extra_external
+        if external is None:
+            external = sum(self.storage_bytes[s] for s in self.primal_storages)
+        self.external = external + extra_external
         self.order_of_output_args = [index[o] for o in outs if isinstance(o, Node)]
 
     # -- the partition, emulated --------------------------------------------------------

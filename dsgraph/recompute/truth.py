@@ -40,6 +40,7 @@ class JointCapture:
     gm: GraphModule  # the joint graph (a copy: partitioners edit theirs)
     joint_inputs: Any
     kwargs: dict  # num_fwd_outputs, static_lifetime_input_indices
+    stock_saved: list[str] = field(default_factory=list)  # what Inductor's own partition saves
 
 
 @dataclass
@@ -154,7 +155,9 @@ def capture_joint(model: torch.nn.Module, inputs, autocast: torch.dtype | None =
         copy.graph = fx_graph_cse(copy.graph)
         copy.recompile()
         seen["joint"] = JointCapture(copy, joint_inputs, dict(kwargs))
-        return stock(gm, joint_inputs, kwargs)
+        fw, bw = stock(gm, joint_inputs, kwargs)
+        seen["joint"].stock_saved = _saved_names(bw)
+        return fw, bw
 
     def backend(gm, example_inputs):
         with compat.dsgraph_compile_config():
