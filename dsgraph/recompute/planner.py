@@ -169,8 +169,9 @@ def plan_checkpoint(
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
-    stock_fw, stock_bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **partition_kwargs)
-    stock_names = set(saved_names(stock_bw))
+    # what the min-cut saves, without building its graphs (they are built below only if
+    # the stock partition is the plan)
+    stock_names = set(compat.min_cut_saved_names(gm, joint_inputs, **partition_kwargs))
     stock = {n for n in joint.forward if n.name in stock_names}
     model = StepModel(gm, partition_kwargs["num_fwd_outputs"], static, external=external_bytes(joint) + extra_external)
     by_name = {n.name: n for n in gm.graph.nodes}
@@ -180,12 +181,13 @@ def plan_checkpoint(
     held = _held(joint, model)
     fused = executor == INDUCTOR
     if stock_peak + margin <= budget:
+        stock_fw, stock_bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **partition_kwargs)
         recomputed = [n for n in stock_bw.graph.nodes if n.op == "call_function" and n.name in by_name
                       and by_name[n.name] in joint.position]
         plan = CheckpointPlan(
             budget=budget, predicted_peak=stock_peak + margin, stock_peak=stock_peak,
             recompute_seconds=_seconds(costs, [by_name[n.name] for n in recomputed], held, fused),
-            saved=_saved_tensors(joint, [by_name[n] for n in stock_names if n in by_name], set()),
+            saved=_saved_tensors(joint, [by_name[n] for n in saved_names(stock_bw) if n in by_name], set()),
             regions=[], candidates=[("stock", stock_peak, 0.0)], segments=0, solver_seconds=0.0,
             analysis_seconds=time.perf_counter() - start, evaluations=1, executor=executor,
             extra_external=extra_external, margin=margin, forward=stock_fw, backward=stock_bw)
