@@ -114,9 +114,9 @@ def test_dump_shows_saved_tensors_and_recomputed_regions(extremes, tmp_path):
     compile_step(model, inputs, {**FX, "memory_budget": smallest, "dump_dir": str(tmp_path)})
     (joint,) = [d for d in os.listdir(tmp_path) if d.endswith("_joint")]
     text = (tmp_path / joint / "checkpoint.md").read_text()
-    assert "## saved tensors" in text and "segment input" in text and "random: never recomputed" in text
-    assert "## recomputed regions" in text and "| full |" in text
-    assert "predicted peak before" in text
+    assert "## saved tensors" in text and "crosses a cut" in text and "random: never recomputed" in text
+    assert "## recomputed regions" in text and "| recompute |" in text
+    assert "predicted peak (fx) before" in text and "lower bound of any partition" in text
 
 
 @pytest.mark.e2e
