@@ -183,7 +183,8 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
     def partition(gm, joint_inputs, **kwargs):
         gm.graph = fx_graph_cse(gm.graph)
         gm.recompile()
-        seen["joint"] = JointCapture(compat.copy_graph_module(gm), joint_inputs, dict(kwargs))
+        seen["joint"] = JointCapture(compat.copy_graph_module(gm), joint_inputs, dict(kwargs),
+                                     compat.min_cut_saved_names(gm, joint_inputs, **kwargs))
         fw, bw = choose(gm, joint_inputs, dict(kwargs))
         seen["saved"] = _saved_names(bw)
         return fw, bw
