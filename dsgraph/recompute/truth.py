@@ -40,7 +40,9 @@ class JointCapture:
     gm: GraphModule  # the joint graph (a copy: partitioners edit theirs)
     joint_inputs: Any
     kwargs: dict  # num_fwd_outputs, static_lifetime_input_indices
-    stock_saved: list[str] = field(default_factory=list)  # what Inductor's own partition saves
+    # what Inductor's own partitioner chose to save (joint nodes; values its backward does
+    # not read included, ``StepModel`` drops them as the extraction does)
+    stock_saved: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -154,10 +156,9 @@ def capture_joint(model: torch.nn.Module, inputs, autocast: torch.dtype | None =
         copy = compat.copy_graph_module(gm)
         copy.graph = fx_graph_cse(copy.graph)
         copy.recompile()
-        seen["joint"] = JointCapture(copy, joint_inputs, dict(kwargs))
-        fw, bw = stock(gm, joint_inputs, kwargs)
-        seen["joint"].stock_saved = _saved_names(bw)
-        return fw, bw
+        seen["joint"] = JointCapture(copy, joint_inputs, dict(kwargs),
+                                     compat.min_cut_saved_names(gm, joint_inputs, **kwargs))
+        return stock(gm, joint_inputs, kwargs)
 
     def backend(gm, example_inputs):
         with compat.dsgraph_compile_config():
