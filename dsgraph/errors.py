@@ -47,13 +47,18 @@ class UsageError(ValueError):
 class BudgetError(UsageError):
     """A memory budget no partition of the graph can meet.
 
-    ``smallest_feasible`` is the least budget, in bytes, that the planner can meet for this
-    graph.
+    ``smallest_feasible`` is the least budget, in bytes,
+    that the planner can meet for this graph (asking for it gives that plan);
+    ``lower_bound`` a peak no partition of the graph goes below, and ``dominated_by`` what
+    sets that bound ("gradients", "random" or "kernel").
     """
 
-    def __init__(self, message: str, smallest_feasible: int):
+    def __init__(self, message: str, smallest_feasible: int, lower_bound: int | None = None,
+                 dominated_by: str | None = None):
         super().__init__(message)
         self.smallest_feasible = smallest_feasible
+        self.lower_bound = lower_bound
+        self.dominated_by = dominated_by
 
 
 def find_cause(e: BaseException | None, cls: type[E]) -> E | None:

@@ -2,11 +2,20 @@
 
 FLOPs come from torch's own formulas (``torch.utils.flop_counter``: matmuls, convolutions,
 attention) evaluated on the fake tensors' shapes; every other op is memory-bound and costs
-the bytes it reads and writes over the device's bandwidth. The rates default to what was
-measured on an H200 here (FACTS.md: bf16 matmul about 790 TFLOP/s, copies about 4.3 TB/s
-counting bytes read and written); fp32 matmuls use the plain fp32 rate (TF32 off). Views
-and getitems cost nothing. This is what the checkpoint planner weighs recomputation with:
-recomputing a cheap pointwise op costs bytes, recomputing a matmul costs FLOPs.
+the bytes it reads and writes over the bandwidth its kernels reach. The rates default to
+what was measured on an H200 here (FACTS.md: bf16 matmul about 790 TFLOP/s, copies about
+4.3 TB/s counting bytes read and written); fp32 matmuls use the plain fp32 rate (TF32 off).
+Views and getitems cost nothing. This is what the checkpoint planner weighs recomputation
+with: recomputing a cheap pointwise op costs bytes, recomputing a matmul costs FLOPs.
+
+Calibration (``DeviceRates``): generated pointwise and reduction kernels do not reach the
+copy bandwidth. ``memory_efficiency`` is the fraction they reach (FACTS.md: a recomputed
+GPT-2 GELU, 16 x 1024 x 3072 bf16, takes 107 us on the H200, about 0.44 of 4.3 TB/s; the
+measured recomputation of GPT-2 plans cost 1.6 to 6.3 ms per step more than bytes over
+the copy bandwidth: about a third, the default); ``compute_efficiency`` the fraction of the
+matmul rate reached; ``launch_s`` a fixed cost per kernel. ``DeviceRates.calibrate`` fits
+the two efficiencies to measured kernels (``KernelSample``: bytes, FLOPs, dtype, seconds,
+from ``benchmarks/profile_step.py``), ``DeviceRates.from_json`` reads them from a file.
 """
 
 from __future__ import annotations
@@ -24,17 +33,69 @@ from .lifetimes import is_view, node_bytes, tensor_bytes, tensor_values
 
 
 @dataclass(frozen=True)
+class KernelSample:
+    """One measured kernel: what it moves and computes, and how long it took."""
+
+    bytes: int
+    flops: int
+    seconds: float
+    dtype: torch.dtype = torch.bfloat16
+
+
+@dataclass(frozen=True)
 class DeviceRates:
     flops_per_s: dict = field(default_factory=lambda: {
         torch.bfloat16: 790e12, torch.float16: 790e12, torch.float32: 60e12, torch.float64: 30e12,
     })
-    bytes_per_s: float = 4.3e12
+    bytes_per_s: float = 4.3e12  # copy bandwidth, bytes read plus written
+    memory_efficiency: float = 1.0  # fraction of ``bytes_per_s`` generated kernels reach
+    compute_efficiency: float = 1.0  # fraction of the matmul rate reached
+    launch_s: float = 0.0  # fixed cost per kernel
 
     def flop_rate(self, dtype: torch.dtype) -> float:
-        return self.flops_per_s.get(dtype, self.flops_per_s[torch.float32])
+        return self.flops_per_s.get(dtype, self.flops_per_s[torch.float32]) * self.compute_efficiency
+
+    @property
+    def memory_rate(self) -> float:
+        return self.bytes_per_s * self.memory_efficiency
+
+    def calibrate(self, samples: list[KernelSample]) -> "DeviceRates":
+        """Efficiencies fitted to measured kernels: memory-bound ones (no FLOPs) set
+        ``memory_efficiency`` (predicted over measured time, summed), the others
+        ``compute_efficiency`` from the time left after their bytes. Kernels shorter than
+        ``launch_s`` are not used."""
+        import dataclasses
+
+        memory = [s for s in samples if s.flops == 0 and s.seconds > self.launch_s]
+        compute = [s for s in samples if s.flops > 0 and s.seconds > self.launch_s]
+        changes = {}
+        if memory:
+            changes["memory_efficiency"] = (sum(s.bytes for s in memory) / self.bytes_per_s
+                                            / sum(s.seconds - self.launch_s for s in memory))
+        rates = dataclasses.replace(self, **changes)
+        if compute:
+            ideal = sum(s.flops / self.flops_per_s.get(s.dtype, self.flops_per_s[torch.float32]) for s in compute)
+            spent = sum(max(s.seconds - self.launch_s - s.bytes / rates.memory_rate, 1e-12) for s in compute)
+            rates = dataclasses.replace(rates, compute_efficiency=ideal / spent)
+        return rates
+
+    @staticmethod
+    def from_json(path: str) -> "DeviceRates":
+        """Rates from a JSON object with any of ``bytes_per_s``, ``memory_efficiency``,
+        ``compute_efficiency``, ``launch_s`` and ``flops_per_s`` (dtype name -> FLOP/s)."""
+        import json
+
+        raw = json.loads(open(path).read())
+        base = DeviceRates()
+        flops = dict(base.flops_per_s)
+        for name, rate in raw.pop("flops_per_s", {}).items():
+            flops[getattr(torch, name)] = float(rate)
+        return DeviceRates(flops_per_s=flops, **{k: float(v) for k, v in raw.items()})
 
 
 H200 = DeviceRates()
+# what generated kernels reach on the H200 (FACTS.md): used to price recomputation
+H200_CALIBRATED = DeviceRates(memory_efficiency=1 / 3)
 
 
 @dataclass(frozen=True)
@@ -75,6 +136,11 @@ def node_flops(node: Node) -> int:
     return int(compat.size_hint(flops)) if not isinstance(flops, int) else flops
 
 
+def _dtype(node: Node) -> torch.dtype:
+    vals = tensor_values(node.meta.get("val"))
+    return vals[0][1].dtype if vals else torch.float32
+
+
 def node_bytes_moved(node: Node) -> int:
     """Bytes a kernel for this node reads (its tensor inputs) and writes (its outputs)."""
     if node.op != "call_function" or is_view(node):
@@ -95,7 +161,9 @@ class CostModel(Analysis):
             moved = node_bytes_moved(node)
             vals = tensor_values(node.meta.get("val"))
             dtype = vals[0][1].dtype if vals else torch.float32
-            seconds = flops / rates.flop_rate(dtype) + moved / rates.bytes_per_s
+            seconds = flops / rates.flop_rate(dtype) + moved / rates.memory_rate
+            if moved or flops:
+                seconds += rates.launch_s
             self.costs[node] = NodeCost(flops, moved, seconds)
 
     @classmethod
@@ -112,8 +180,9 @@ class CostModel(Analysis):
         from its ``held`` members (materialized: matmul outputs, reductions, what matmuls
         read), and what its held members write. Inlined pointwise values cost no bytes."""
         group = set(nodes)
-        flop_seconds = sum(self.costs[n].seconds - self.costs[n].bytes / self.rates.bytes_per_s for n in group)
+        flop_seconds = sum(self.costs[n].flops / self.rates.flop_rate(_dtype(n)) for n in group)
         reads = {a for n in group for a in n.all_input_nodes if a not in group or a in held}
         writes = {n for n in group if n in held}
         moved = sum(tensor_bytes(t) for a in reads | writes for _, t in tensor_values(a.meta.get("val")))
-        return flop_seconds + moved / self.rates.bytes_per_s
+        kernels = len(writes) + (1 if group - writes else 0)
+        return flop_seconds + moved / self.rates.memory_rate + kernels * self.rates.launch_s

@@ -10,7 +10,14 @@ Checked: 2.11 (GPU machines) and 2.13 (CPU, CI); each module says what it covers
 from .autograd import at_backward_end, hook_dicts, post_accumulate_hooks, tensor_hooks
 from .distributed import all_reduce_op, group_name, wait_tensor_op
 from .dynamo import dynamo_graph_inputs, explain, reset
-from .functorch import default_partition, dsgraph_compile_config, extract_partition, fx_graph_cse, make_boxed
+from .functorch import (
+    default_partition,
+    dsgraph_compile_config,
+    extract_partition,
+    fx_graph_cse,
+    make_boxed,
+    min_cut_saved_names,
+)
 from .fx import (
     FloorDiv,
     boxed_fx,
@@ -24,6 +31,10 @@ from .fx import (
     tree_map,
 )
 from .inductor import (
+    CodegenOnly,
+    inductor_codegen_only,
+    inductor_registries,
+    inductor_rules,
     arena_inductor_patches,
     collective_order_patches,
     compile_fx,
@@ -54,6 +65,7 @@ from .trace import trace_artifact, tracing
 from .version import SUPPORTED, TORCH_VERSION, check_version
 
 __all__ = [
+    "CodegenOnly", "inductor_codegen_only", "inductor_registries", "inductor_rules", "min_cut_saved_names",
     "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
     "arena_inductor_patches", "at_backward_end", "collective_order_patches", "control_deps_op", "group_name",
     "pin_collectives", "real_tensors", "wait_tensor_op",

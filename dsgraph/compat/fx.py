@@ -85,14 +85,24 @@ def sym_expr(x: Any) -> sympy.Expr:
 def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy with its own Graph (node meta copied shallowly) sharing parameters and buffers.
 
-    Used to keep Dynamo's graph for a stock fallback compile: compile_fx takes ownership of
-    the graph it is given and may rewrite it.
+    Used to keep Dynamo's graph for a stock fallback compile or another compile: compile_fx
+    takes ownership of the graph it is given and may rewrite it. What AOTAutograd reads to
+    tell parameters (static inputs) from other inputs goes along: the module's
+    ``_param_name_to_source`` and each node's ``_dynamo_source`` (a deep copy of the graph
+    drops node attributes; without them a copy of Dynamo's graph counts as exported and
+    every parameter as a dynamic input). Checked on torch 2.13
+    (``torch._functorch._aot_autograd.frontend_utils``).
     """
     import copy
 
     new_graph = copy.deepcopy(gm.graph)
     new_gm = torch.fx.GraphModule(gm, new_graph, gm.__class__.__name__)
     new_gm.meta = dict(getattr(gm, "meta", {}))
+    if hasattr(gm, "_param_name_to_source"):
+        new_gm._param_name_to_source = gm._param_name_to_source
+    for old, new in zip(gm.graph.nodes, new_graph.nodes):
+        if hasattr(old, "_dynamo_source"):
+            new._dynamo_source = old._dynamo_source
     return new_gm
 
 

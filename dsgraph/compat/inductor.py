@@ -178,3 +178,87 @@ def collective_order_patches() -> dict[str, Any]:
         "_fuse_ddp_communication": False,
         "aten_distributed_optimizations.enable_overlap_scheduling": False,
     }
+
+
+# --- checkpoint planner: Inductor's plan without compiling kernels ---
+
+class CodegenOnly(Exception):
+    """Raised by ``inductor_codegen_only`` once Inductor has generated a graph's wrapper."""
+
+
+@contextlib.contextmanager
+def inductor_codegen_only():
+    """Inside, an Inductor compile stops with ``CodegenOnly`` right after its wrapper code is
+    generated (lowering, scheduling, fusion, peak-memory reordering and the wrapper's buffer
+    reuse all done), before the module is loaded and its kernels compiled. What the buffer
+    plan reads (``dsgraph.analysis.inductor_plan``) is complete by then; the C++/Triton
+    compile is most of a CPU compile's time.
+
+    A compiled forward reports its outputs' strides to AOTAutograd, which lays out the
+    backward's saved inputs by them (channels-last convolution outputs on CPU): the strides
+    are reported here as ``compile_fx`` would (``set_tracing_context_output_strides``), or
+    the backward would be planned for other layouts. Checked on torch 2.13
+    (``GraphLowering._compile_to_module_lines``, ``TracingContext.output_strides``)."""
+    from torch._inductor.graph import GraphLowering
+
+    original = GraphLowering._compile_to_module_lines
+
+    def stop(self, wrapper_code):
+        _report_output_strides(self)
+        raise CodegenOnly()
+
+    GraphLowering._compile_to_module_lines = stop
+    try:
+        yield
+    finally:
+        GraphLowering._compile_to_module_lines = original
+
+
+def _report_output_strides(graph: Any) -> None:
+    from torch._guards import TracingContext
+    from torch._inductor.ir import IRNode
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    context = TracingContext.try_get()
+    if context is None or context.output_strides is None or context.output_strides:
+        return
+    shape_env = graph.sizevars.shape_env
+    for out in graph.graph_outputs or ():
+        if isinstance(out, IRNode) and out.has_tensor_output() and not free_unbacked_symbols(out.get_stride()):
+            stride = out.get_layout().stride
+            context.output_strides.append(tuple(
+                int(e) if isinstance(e, int) or getattr(e, "is_Integer", False) else shape_env.evaluate_expr(e)
+                for e in stride))
+        else:
+            context.output_strides.append(None)
+
+
+def inductor_registries() -> tuple[Any, Any, Any]:
+    """Inductor's lowering tables: (ops with a lowering, ops lowered as fallback kernels,
+    ops whose lowering needs its inputs realized). Checked on torch 2.13
+    (``torch._inductor.lowering.lowerings``, ``fallbacks``, ``needs_realized_inputs``)."""
+    import torch._inductor.lowering as L
+
+    return L.lowerings, L.fallbacks, L.needs_realized_inputs
+
+
+def inductor_rules(device_type: str) -> dict[str, Any]:
+    """The store-or-recompute thresholds Inductor's lowering applies on this device
+    (``torch._inductor.config``; checked on torch 2.13): an unset
+    ``realize_opcount_threshold`` / ``realize_acc_reads_threshold`` means the CPU or the
+    GPU default."""
+    import torch._inductor.config as c
+
+    cpu = device_type == "cpu"
+    opcount = c.realize_opcount_threshold
+    if opcount is None:
+        opcount = getattr(c, "realize_cpu_opcount_threshold", 30) if cpu else getattr(
+            c, "_realize_opcount_threshold_default", 30)
+    acc = c.realize_acc_reads_threshold
+    if acc is None:
+        acc = getattr(c, "realize_cpu_acc_reads_threshold", 8) if cpu else getattr(
+            c, "_realize_acc_reads_threshold_default", 8)
+    return dict(cpu=cpu, opcount=int(opcount), reads=int(c.realize_reads_threshold), acc_reads=int(acc),
+                pointwise_cat_inputs=int(getattr(c, "max_pointwise_cat_inputs", 8)),
+                unroll=int(getattr(c, "unroll_reductions_threshold", 8)),
+                keep_half_addmm=bool(getattr(c, "keep_addmm_fused_for_half_dtypes", False)))

@@ -12,11 +12,12 @@ receives)::
     saved: ln_1, mm_1, gelu_1, mm_2, ...   ->   saved: add_3 (the block's input)
                                                  backward recomputes ln_1 ... gelu_1 before use
 
-Once Inductor has compiled the forward and backward, a post-compile check holds the step
-peak of Inductor's own buffer plans against the budget. The planner predicts those plans
-(``fused_plan``) and can err; on an overrun the check asks for another compile
-(``Recompile``) that plans the observed error below the budget, up to ``MAX_COMPILES``
-compiles, then warns (``DsgraphBudgetWarning``).
+Once the forward and backward are compiled, a post-compile check holds the step peak of
+the buffer plans that will execute (Inductor's own, or the FX code's with
+``inductor=False``) against the budget. The planner predicts those plans
+(``dsgraph.analysis.step_model``) and can err; on an overrun the check asks for another
+compile (``Recompile``) that plans the observed error below the budget, up to
+``MAX_COMPILES`` compiles, then warns (``DsgraphBudgetWarning``).
 """
 
 from __future__ import annotations
@@ -87,15 +88,16 @@ def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int
     step.figures["checkpoint_inductor_peak"] = peak
     if peak <= plan.budget:
         return
+    who = "Inductor" if step.executor == "inductor" else "the FX code"
     if step.attempt < MAX_COMPILES and not plan.margin_capped:
         error = peak - (plan.predicted_peak - plan.margin)
         margin = max(error, plan.margin + peak - plan.budget) + plan.budget // 100
-        raise Recompile(SPEC.name, margin, f"Inductor's plan peaks at {peak} bytes, over the budget "
+        raise Recompile(SPEC.name, margin, f"{who}'s plan peaks at {peak} bytes, over the budget "
                         f"{plan.budget}; planning again {margin} bytes below it", MAX_COMPILES)
     last = ("the last with the smallest plan (a larger margin leaves none)" if plan.margin_capped
             else f"the last planning {plan.margin} bytes below the budget")
     warnings.warn(
-        f"dsgraph memory budget {plan.budget} bytes: Inductor's plan of the compiled graphs peaks at "
+        f"dsgraph memory budget {plan.budget} bytes: {who}'s plan of the compiled graphs peaks at "
         f"{peak} bytes after {step.attempt} compiles, {last}",
         DsgraphBudgetWarning, stacklevel=2)
 
@@ -121,13 +123,12 @@ def run(gm, ctx: PassContext) -> PassResult:
                                                           allreduce.arg("compress") or "none")
     # a compile after Inductor's plan overran the budget plans with the overrun reserved
     plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight,
-                           margin=ctx.carry or 0)
+                           margin=ctx.carry or 0, executor=ctx.config.executor)
     apply_checkpoint(plan, ctx)
     ctx.dump_text("checkpoint.md", plan.text())
     ctx.report(**{f"checkpoint_{k}": v for k, v in plan.stats().items()})
-    if ctx.config.executor == "inductor":
-        # the planner predicts Inductor's plans; with FX execution it is the FX plan that
-        # runs, which the planner does not predict yet (issue 12), so nothing is checked
-        ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool))
+    # the planner predicts the plans of the executor that runs (Inductor's or FX's); the
+    # check holds those plans, as compiled, against the budget
+    ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool))
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions),
                       stats={**plan.stats(), "pool_bytes": pool, "inflight_bytes": inflight})

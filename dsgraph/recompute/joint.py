@@ -13,9 +13,9 @@ matters is:
 - which forward nodes are *random* (a ``nondeterministic_seeded`` op, or derived from one
   without any activation input): never recomputed, because recomputing would draw new
   numbers (FACTS.md: ``inductor_random`` run as FX code ignores its seed);
-- the *boundaries*: positions in the forward order where exactly one activation tensor
-  carries everything later forward nodes need (the residual stream between blocks). A
-  segment between two boundaries can be recomputed in backward from its boundary tensor.
+- which forward nodes are *free*: static ones and *input-only* ones (computed from data
+  inputs alone, such as a padding mask or the labels' one-hot): the backward can compute
+  them again from the primals, which live through the step, so they never cost a cut.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 from torch.fx import GraphModule, Node
 
-from ..analysis.fused_plan import materialized, op_name
+from ..analysis.inductor_model import op_name
 from ..analysis.lifetimes import node_bytes, storage_key
 from ..analysis.ops import is_random
 
@@ -54,14 +54,10 @@ class JointGraph:
     # inductor_random run as FX code): always saved when the backward needs them
     unreproducible: set[Node] = field(default_factory=set)
     position: dict[Node, int] = field(default_factory=dict)  # forward node -> index in ``forward``
-    boundaries: list[tuple[int, Node]] = field(default_factory=list)  # (position, carried tensor)
+    input_only: set[Node] = field(default_factory=set)  # forward nodes computed from data inputs alone
     primal_storages: frozenset = frozenset()  # storage keys of the primals (views of them are free)
     backward_reads: list[Node] = field(default_factory=list)  # non-backward nodes the backward reads
-    held: set[Node] = field(default_factory=set)  # nodes Inductor would write to memory (fused_plan.materialized)
     order: dict[Node, int] = field(default_factory=dict)  # every node -> its index in the graph
-    # values a segment's ``keep`` option counts on without saving -> the last piece that
-    # does (set by ``segments.build_segments``)
-    keep_needs: dict[Node, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int]) -> "JointGraph":
@@ -114,52 +110,23 @@ class JointGraph:
         joint.primal_storages = frozenset(storage_key(p) for p in primals)
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))
-        joint.boundaries = joint._find_boundaries()
-        joint.held = materialized(gm)
+        data_inputs = set(primals) - params
+        for n in forward:
+            ins = [a for a in n.all_input_nodes if a.op != "get_attr"]
+            if n not in static and ins and all(a in data_inputs or a in joint.input_only or a in static for a in ins):
+                joint.input_only.add(n)
         return joint
+
+    def is_free(self, node: Node) -> bool:
+        """Costs nothing to keep across a cut: a primal (or a view of one), a static or an
+        input-only value (computed again from the primals), or a random value (saved
+        whatever the plan)."""
+        return (node.op == "placeholder" or node in self.static or node in self.input_only or node in self.random
+                or storage_key(node) in self.primal_storages)
 
     def is_activation(self, node: Node) -> bool:
         """A forward tensor that depends on the data inputs (not static, not a primal)."""
         return node in self.position and node not in self.static and node_bytes(node) > 0
-
-    def _find_boundaries(self) -> list[tuple[int, Node]]:
-        """Positions i where exactly one activation made before i is read at or after i by
-        the forward. Views of that tensor count as the tensor itself."""
-        base = {}
-        for n in self.forward:
-            base[n] = n
-        # a view-like single-input node with the same storage follows its input
-        for n in self.forward:
-            val, ins = n.meta.get("val"), [a for a in n.all_input_nodes if a in base]
-            if isinstance(val, torch.Tensor) and len(ins) == 1:
-                src = ins[0].meta.get("val")
-                if isinstance(src, torch.Tensor) and storage_key(n) == storage_key(ins[0]):
-                    base[n] = base[ins[0]]
-        last_fw_use: dict[Node, int] = {}
-        for i, n in enumerate(self.forward):
-            for a in n.all_input_nodes:
-                if a in base and self.is_activation(a):
-                    key = base[a]
-                    last_fw_use[key] = max(last_fw_use.get(key, -1), i)
-        # sweep: open[i] = activations (by base) produced before i and read at >= i
-        boundaries = []
-        open_set: set[Node] = set()
-        ends: dict[int, list[Node]] = {}
-        for key, last in last_fw_use.items():
-            ends.setdefault(last, []).append(key)
-        for i, n in enumerate(self.forward):
-            if len(open_set) == 1 and i > 0:
-                (carried,) = open_set
-                # a multi-output node is carried by its elements: not a tensor to save
-                if isinstance(carried.meta.get("val"), torch.Tensor) and (
-                        not boundaries or boundaries[-1][1] is not carried):
-                    boundaries.append((i, carried))
-            key = base[n]
-            if key is n and n in last_fw_use:
-                open_set.add(n)
-            for done in ends.get(i, ()):
-                open_set.discard(done)
-        return boundaries
 
 
 def _ancestors(roots, backward: set[Node]) -> set[Node]:

@@ -85,6 +85,12 @@ def partition(joint: JointGraph, saved: Iterable[Node], static_input_indices) ->
     Recomputation in the backward runs just before it is needed (``sink_recomputation``)."""
     plan = closure(joint, saved)
     fw, bw = compat.extract_partition(joint.gm, plan.saved, joint.num_fwd_outputs, static_input_indices)
+    # the backward's copies of recomputed nodes keep their joint names: tag them, so that
+    # later passes know what the planner chose to recompute (lower_triton's select=tagged)
+    recomputed = {n.name for n in plan.recomputed}
+    for n in bw.graph.nodes:
+        if n.name in recomputed:
+            n.meta["dsgraph_recomputed"] = True
     sink_recomputation(bw)
     return fw, bw
 

@@ -1,25 +1,24 @@
 """plan_checkpoint: which activations to save under a memory budget, and the partition.
 
-1. ``JointGraph``: forward/backward split, boundaries, random nodes.
-2. The stock partition (Inductor's min-cut) gives the ``keep`` option of every segment.
-3. ``build_segments``: per segment, the keep / cheap / full options (saved bytes,
-   recomputation time from ``CostModel``).
-4. ``measure_terms``: the peak model's terms from three simulated uniform plans.
-5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans. It does
-   not depend on the budget.
-6. Selection: the stock partition when its simulated peak is within the budget; otherwise
-   the first frontier point, in order of increasing time, whose predicted peak
-   ``max(model peak + gap, simulated peak of that exact partition)`` is within the budget.
-   ``gap`` is how far the model errs low at a few frontier points fixed before the budget
-   is looked at (``_model_gap``): it lets the search skip points that would fail.
+1. ``JointGraph``: forward/backward split, free and random values.
+2. The stock partition (Inductor's min-cut), and its peak by ``StepModel`` for the
+   executor that will run the graphs (``"inductor"`` or ``"fx"``). A budget it meets
+   changes nothing: the stock partition is returned as Inductor's partitioner made it.
+3. ``candidate_cuts``: cheap cuts anywhere in the forward (``cuts``); ``Intervals``: the
+   keep / cheap / recompute options of every run of up to ``MAX_SPAN`` segments.
+4. ``measure_terms``: the peak model's terms, from exact evaluations of uniform plans.
+5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans.
+6. Candidates, fixed before the budget is looked at: every uniform plan evaluated in 4,
+   and up to ``MAX_CANDIDATES`` frontier points spread over the frontier (the smallest
+   ones always), each evaluated exactly. The plan is the fastest candidate whose exact
+   peak plus ``margin`` fits the budget.
 
-Monotone by construction: a budget below the stock peak gets a predicted peak below it;
-among those, for a smaller budget the chosen point comes no earlier on the
-frontier, and its predicted peak is at most that budget; if the larger budget's choice
-also fits the smaller budget both choose it. So a smaller budget never gives a larger
-predicted peak. (The search simulates at most MAX_SIMULATIONS points; past that the
-smallest plan is taken, the same for every budget.) A budget no point meets raises
-``BudgetError`` with the smallest feasible budget.
+Monotone: the candidates and their exact peaks do not depend on the budget, and the
+choice is the fastest candidate that fits, so a smaller budget never gets a larger
+predicted peak. Honest errors: a budget no candidate meets raises ``BudgetError`` with
+``smallest_feasible``, the smallest exact peak among the candidates (asking for that
+budget gives that plan), and ``lower_bound``, a peak no partition of the graph goes
+below, with what sets it (``bounds``).
 """
 
 from __future__ import annotations
@@ -31,18 +30,23 @@ from typing import Sequence
 from torch.fx import GraphModule, Node
 
 from .. import compat
-from ..analysis.cost_model import CostModel
-from ..analysis.lifetimes import storage_key, storage_nbytes
+from ..analysis.cost_model import H200, H200_CALIBRATED, CostModel, DeviceRates
+from ..analysis.inductor_model import EXTERN, REDUCTION
+from ..analysis.lifetimes import bytes_of, storage_key, storage_nbytes
+from ..analysis.step_model import FX, INDUCTOR, StepModel
 from ..errors import BudgetError
 from ..units import format_bytes
+from .bounds import LowerBound, lower_bound
+from .cuts import candidate_cuts
 from .joint import JointGraph
-from .model import Simulation, external_bytes, measure_terms, simulate
-from .partition import closure, saved_names
-from .segments import Segment, build_segments, build_spans, is_expensive, options_by_position
-from .solver import Point, evaluate, pareto_dp
+from .model import Evaluated, PlanEvaluator, measure_terms, peak_segment
+from .options import POLICIES, Intervals, Option, is_expensive
+from .partition import closure, partition, saved_names
+from .solver import Point, pareto_dp
 
-MAX_SIMULATIONS = 64  # frontier points checked by simulation before giving up on a budget
-REFERENCE_POINTS = 6  # frontier points simulated to measure how far the model errs low
+MAX_SPAN = 3  # longest run of segments one option covers (terms measured per length)
+MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
+MAX_DESCENT_STEPS = 8  # changes to the smallest plan, each at the interval where its peak is
 
 
 @dataclass
@@ -54,7 +58,7 @@ class SavedTensor:
 
 @dataclass
 class Region:
-    segment: str  # "3", or "3-6" for a span
+    segment: str  # "3", or "3-5" for an option over several segments
     policy: str
     nodes: list[str]
     flops: int
@@ -62,21 +66,30 @@ class Region:
 
 
 @dataclass
+class Candidate:
+    name: str
+    peak: int  # exact, for the executor
+    seconds: float  # recomputation time of the whole plan
+    plan: list[Option]
+    saved: list[Node]
+
+
+@dataclass
 class CheckpointPlan:
     budget: int
-    predicted_peak: int  # max(model + model_gap, simulated) of the chosen partition
-    model_peak: int
-    model_gap: int  # bytes the model was found to err low by (0 when the stock partition fits)
-    simulated_peak: int
-    stock_peak: int  # simulated peak of the stock partition (nothing extra recomputed)
+    predicted_peak: int  # the chosen partition's peak for the executor, plus the margin
+    stock_peak: int  # the stock partition's peak for the executor
     recompute_seconds: float  # CostModel time of everything the partition recomputes
     saved: list[SavedTensor]
-    regions: list[Region]  # recomputed regions (segments not kept as stock)
-    frontier: list[tuple[int, float]]  # (model peak, seconds) of the whole frontier
+    regions: list[Region]  # recomputed regions (intervals not kept as stock)
+    candidates: list[tuple[str, int, float]]  # (name, exact peak, seconds) of every candidate
     segments: int
     solver_seconds: float
     analysis_seconds: float
-    simulations: int
+    evaluations: int
+    executor: str = INDUCTOR
+    lower_bound: LowerBound | None = None
+    model_peak: int = 0  # the DP's prediction of the chosen plan (0: not a DP point)
     extra_external: int = 0  # bytes alive through the step besides the primals (the gradient pool)
     margin: int = 0  # bytes planned below the budget (a second compile)
     margin_capped: bool = False  # the margin asked for left no plan: the smallest plan, margin cut
@@ -88,26 +101,33 @@ class CheckpointPlan:
     def saved_bytes(self) -> int:
         return sum(s.nbytes for s in self.saved)
 
+    @property
+    def frontier(self) -> list[tuple[int, float]]:
+        return [(peak, sec) for _, peak, sec in self.candidates]
+
     def stats(self) -> dict:
         return {
             "budget": self.budget, "predicted_peak": self.predicted_peak, "stock_peak": self.stock_peak,
-            "model_peak": self.model_peak, "model_gap": self.model_gap, "simulated_peak": self.simulated_peak,
-            "saved_bytes": self.saved_bytes, "recompute_ms": round(self.recompute_seconds * 1e3, 3),
-            "segments": self.segments, "recomputed_segments": len(self.regions),
-            "frontier_points": len(self.frontier), "solver_ms": round(self.solver_seconds * 1e3, 1),
-            "simulations": self.simulations, "margin": self.margin, "margin_capped": self.margin_capped,
-            "inductor_peak": self.inductor_peak,
+            "executor": self.executor, "lower_bound": self.lower_bound.nbytes if self.lower_bound else None,
+            "model_peak": self.model_peak, "saved_bytes": self.saved_bytes,
+            "recompute_ms": round(self.recompute_seconds * 1e3, 3), "segments": self.segments,
+            "recomputed_segments": len(self.regions), "candidates": len(self.candidates),
+            "solver_ms": round(self.solver_seconds * 1e3, 1), "evaluations": self.evaluations,
+            "analysis_s": round(self.analysis_seconds, 3), "margin": self.margin,
+            "margin_capped": self.margin_capped, "inductor_peak": self.inductor_peak,
         }
 
     def text(self) -> str:
+        bound = self.lower_bound.describe() if self.lower_bound else "-"
         lines = [
             "# checkpoint plan", "",
-            f"budget {format_bytes(self.budget)} ({self.budget} B); predicted peak before "
-            f"{format_bytes(self.stock_peak)}, after {format_bytes(self.predicted_peak)} "
-            f"(model {self.model_peak} B + gap {self.model_gap} B, simulated {self.simulated_peak} B)",
+            f"budget {format_bytes(self.budget)} ({self.budget} B); predicted peak ({self.executor}) before "
+            f"{format_bytes(self.stock_peak)}, after {format_bytes(self.predicted_peak - self.margin)}"
+            + (f" (+ margin {self.margin} B)" if self.margin else ""),
+            f"lower bound of any partition: {bound}",
             f"recomputation {self.recompute_seconds * 1e3:.3f} ms (CostModel); {self.segments} segments, "
-            f"{len(self.regions)} recomputed; solver {self.solver_seconds * 1e3:.1f} ms, "
-            f"{self.simulations} simulations",
+            f"{len(self.regions)} recomputed regions; solver {self.solver_seconds * 1e3:.1f} ms, "
+            f"{self.evaluations} plans evaluated, {self.analysis_seconds:.2f} s in all",
             "", "## saved tensors", "", "| name | bytes | why |", "|---|---|---|",
         ]
         lines += [f"| {s.name} | {s.nbytes} | {s.why} |" for s in self.saved]
@@ -115,9 +135,14 @@ class CheckpointPlan:
         for r in self.regions:
             names = ", ".join(r.nodes[:12]) + (f", ... ({len(r.nodes)} nodes)" if len(r.nodes) > 12 else "")
             lines.append(f"| {r.segment} | {r.policy} | {names} | {r.flops} | {r.seconds * 1e3:.4f} |")
-        lines += ["", "## frontier (model peak B, recomputation ms)", ""]
-        lines += [f"- {peak} B, {sec * 1e3:.4f} ms" for peak, sec in self.frontier]
+        lines += ["", "## candidates (exact peak B, recomputation ms)", ""]
+        lines += [f"- {name}: {peak} B, {sec * 1e3:.4f} ms" for name, peak, sec in self.candidates]
         return "\n".join(lines) + "\n"
+
+
+def external_bytes(joint: JointGraph) -> int:
+    """Primals (parameters, buffers, inputs), each storage once: they exist for the whole step."""
+    return bytes_of([p for p in joint.primals if p.meta.get("val") is not None])
 
 
 def stock_saved(gm: GraphModule, joint_inputs, kwargs: dict) -> set[str]:
@@ -126,159 +151,191 @@ def stock_saved(gm: GraphModule, joint_inputs, kwargs: dict) -> set[str]:
     return set(saved_names(bw))
 
 
+def _held(joint: JointGraph, model: StepModel) -> set[Node]:
+    """Values a recomputation writes to memory (extern and reduction outputs): what the
+    fused cost model charges bytes for."""
+    return {n for n in joint.forward if model.info[model.index[n]].kind in (EXTERN, REDUCTION)}
+
+
 def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
-    extra_external: int = 0, resolution: int | None = None, margin: int = 0,
+    extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
+    rates: DeviceRates | None = None,
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
-    Inductor's plan of the first overran it)."""
+    Inductor's plan of the first overran it). ``executor``: ``"inductor"`` or ``"fx"``,
+    what will run the graphs (the peaks are predicted for it). ``rates``: what
+    recomputation is priced with (default: the H200's, with generated kernels at the
+    bandwidth measured there for graphs on a GPU)."""
+    if executor not in (INDUCTOR, FX):
+        raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
-    names = stock_saved(gm, joint_inputs, partition_kwargs)
-    stock = {n for n in joint.forward if n.name in names}
-    costs = CostModel(gm)
-    prefix, segments = build_segments(joint, stock, costs)
-    spans = build_spans(joint, segments, costs, stock_saved=stock)
-    options_at = options_by_position(segments, spans)
-    external = external_bytes(joint) + extra_external + margin
-    terms, const, sims, first_in = measure_terms(joint, prefix, segments, static, external, spans)
+    # what the min-cut saves, without building its graphs (they are built below only if
+    # the stock partition is the plan)
+    stock_names = set(compat.min_cut_saved_names(gm, joint_inputs, **partition_kwargs))
+    stock = {n for n in joint.forward if n.name in stock_names}
+    model = StepModel(gm, partition_kwargs["num_fwd_outputs"], static, external=external_bytes(joint) + extra_external)
+    by_name = {n.name: n for n in gm.graph.nodes}
+    stock_ids = [model.index[by_name[name]] for name in stock_names if name in by_name]
+    stock_peak = model.evaluate(stock_ids, executor, sink=False).peak
+    if rates is None:
+        rates = H200_CALIBRATED if model.device_type == "cuda" else H200
+    costs = CostModel(gm, rates)
+    held = _held(joint, model)
+    fused = executor == INDUCTOR
+    if stock_peak + margin <= budget:
+        stock_fw, stock_bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **partition_kwargs)
+        recomputed = [n for n in stock_bw.graph.nodes if n.op == "call_function" and n.name in by_name
+                      and by_name[n.name] in joint.position]
+        plan = CheckpointPlan(
+            budget=budget, predicted_peak=stock_peak + margin, stock_peak=stock_peak,
+            recompute_seconds=_seconds(costs, [by_name[n.name] for n in recomputed], held, fused),
+            saved=_saved_tensors(joint, [by_name[n] for n in saved_names(stock_bw) if n in by_name], set()),
+            regions=[], candidates=[("stock", stock_peak, 0.0)], segments=0, solver_seconds=0.0,
+            analysis_seconds=time.perf_counter() - start, evaluations=1, executor=executor,
+            extra_external=extra_external, margin=margin, forward=stock_fw, backward=stock_bw)
+        return plan
+
+    cuts = candidate_cuts(joint)
+    intervals = Intervals(joint, cuts, stock, costs, held, fused=fused, max_len=MAX_SPAN)
+    evaluator = PlanEvaluator(joint, model, intervals, executor)
+    policies = tuple(p for p in POLICIES if p != "keep")
+    rows, const, uniform = measure_terms(evaluator, policies, MAX_SPAN)
     t0 = time.perf_counter()
-    total = sum(max(t.saved + t.carried_in for t in row) for row in terms) or 1
-    points = pareto_dp(terms, const, resolution or max(1, total // 2048), first_in)
+    terms = [[t for _, t in row] for row in rows]
+    total = sum(max((t.saved for t in row), default=0) for row in terms) or 1
+    points = pareto_dp(terms, const, resolution or max(1, total // 4096))
     solver_seconds = time.perf_counter() - t0
 
-    def saved_of(point: Point) -> list[Node]:
-        saved = list(prefix.options[0].saved) if prefix.options else []
-        for _, option in walk(options_at, point):
-            saved += option.saved
-        return saved
+    def plan_of(point: Point) -> list[Option]:
+        out, k = [], 0
+        for i in point.choice:
+            option = rows[k][i][0]
+            out.append(option)
+            k = option.stop
+        return out
 
-    cache: dict[tuple, Simulation] = {}
-
-    def simulated(point: Point) -> Simulation:
-        if point.choice not in cache:
-            cache[point.choice] = simulate(joint, saved_of(point), static, external)
-        return cache[point.choice]
-
-    chosen, sim, gap, shift = None, None, 0, 0
-    stock_choice = tuple(seg.options.index(seg.option("keep") or seg.options[0]) for seg in segments)
-    stock_point = evaluate(terms, const, stock_choice, first_in)
-    if max(stock_point.peak, sims["keep"].peak) <= budget:
-        # the stock partition fits: change nothing (every cheaper-in-time plan the frontier
-        # might hold differs from it by the model's noise, not by a real need)
-        chosen, sim = stock_point, sims["keep"]
+    candidates: list[Candidate] = []
+    model_peaks: dict[int, int] = {}
+    for result in uniform:
+        candidates.append(_candidate(result, joint, costs, held, fused))
+    for point in _spread(points, MAX_CANDIDATES):
+        result = evaluator.evaluate(plan_of(point), f"frontier {len(candidates)}")
+        candidates.append(_candidate(result, joint, costs, held, fused))
+        model_peaks[id(candidates[-1])] = point.peak
+    # the composed model only steers the search: from the smallest plan evaluated, change
+    # the option where its peak is, exactly (24-layer GPT, FX: the recompute-all
+    # plan with its last interval, the loss head, saving its matmuls is 14% smaller)
+    smallest_so_far = min(candidates, key=lambda c: (c.peak, c.seconds))
+    improved = _descend(evaluator, intervals, smallest_so_far.plan, MAX_DESCENT_STEPS)
+    if improved.peak.peak < smallest_so_far.peak:
+        candidates.append(_candidate(improved, joint, costs, held, fused))
+    candidates.sort(key=lambda c: (c.seconds, c.peak, c.name))
+    bound = lower_bound(joint, model, executor)
+    fits = [c for c in candidates if c.peak + margin <= budget]
+    capped = False
+    if fits:
+        chosen = fits[0]
     else:
-        gap = _model_gap(points, simulated)
+        smallest = min(candidates, key=lambda c: (c.peak, c.seconds))
+        if smallest.peak > budget:
+            raise BudgetError(
+                f"dsgraph memory budget {format_bytes(budget)} ({budget} bytes) is below the smallest plan the "
+                f"checkpoint planner found for this graph ({executor} execution): the smallest feasible budget is "
+                f"{smallest.peak} bytes ({format_bytes(smallest.peak)}); no partition of this graph peaks below "
+                f"{bound.describe()}",
+                smallest.peak, lower_bound=bound.nbytes, dominated_by=bound.term)
+        # the margin of a second compile leaves no plan, but the smallest plan meets the
+        # budget by the prediction: take it, with the margin cut to what it leaves
+        chosen, capped, margin = smallest, True, budget - smallest.peak
+    fw, bw = partition(joint, chosen.saved, static)
+    regions = []
+    for option in chosen.plan:
+        if option.policy != "keep" and option.recomputed:
+            label = f"{option.start}" if option.length == 1 else f"{option.start}-{option.stop - 1}"
+            regions.append(Region(label, option.policy, [n.name for n in option.recomputed], option.flops,
+                                  option.seconds))
+    cut_nodes = {n for option in chosen.plan for n in intervals.cuts[option.start].crossing}
+    return CheckpointPlan(
+        budget=budget, predicted_peak=chosen.peak + margin, stock_peak=stock_peak, recompute_seconds=chosen.seconds,
+        saved=_saved_tensors(joint, chosen.saved, cut_nodes), regions=regions,
+        candidates=[(c.name, c.peak, c.seconds) for c in candidates], segments=intervals.segments,
+        solver_seconds=solver_seconds, analysis_seconds=time.perf_counter() - start,
+        evaluations=evaluator.evaluations + 1, executor=executor, lower_bound=bound,
+        model_peak=model_peaks.get(id(chosen), 0), extra_external=extra_external, margin=margin,
+        margin_capped=capped, forward=fw, backward=bw)
 
-    def predicted(point: Point) -> int:
-        return max(point.peak + gap, simulated(point).peak)
 
-    for point in points if chosen is None else ():
-        if point.peak + gap > budget:
-            continue
-        if len(cache) >= MAX_SIMULATIONS:
+def _seconds(costs: CostModel, nodes: list[Node], held: set[Node], fused: bool) -> float:
+    return costs.fused_seconds(nodes, held) if fused else costs.seconds(nodes)
+
+
+def _candidate(result: Evaluated, joint: JointGraph, costs: CostModel, held: set[Node], fused: bool) -> Candidate:
+    recomputed = closure(joint, result.saved).recomputed
+    return Candidate(result.name, result.peak.peak, _seconds(costs, recomputed, held, fused), result.plan,
+                     result.saved)
+
+
+def _descend(evaluator: PlanEvaluator, intervals: Intervals, plan: list[Option], steps: int) -> Evaluated:
+    """Descent on the exact peak, directed by where the peak is: the interval whose window
+    holds the plan's peak step takes the other option of the same span that lowers the
+    peak most; repeated up to ``steps`` times, until no option of that interval helps.
+    Two evaluations a step, whatever the graph's size. Independent of any budget, like the
+    other candidates."""
+    positions = [c.position for c in intervals.cuts]
+    best = evaluator.evaluate(plan, "descent")
+    for _ in range(steps):
+        seg = peak_segment(evaluator.joint, evaluator.model, best.peak, positions, intervals.segments)
+        if seg is None:
             break
-        if predicted(point) <= budget:
-            chosen, sim = point, simulated(point)
+        i = next(k for k, o in enumerate(best.plan) if o.start <= seg < o.stop)
+        current, before = best.plan[i], best
+        for policy in POLICIES:
+            if policy != current.policy:
+                trial = best.plan[:i] + [intervals.option(policy, current.start, current.stop)] + best.plan[i + 1:]
+                result = evaluator.evaluate(trial, "descent")
+                if result.peak.peak < best.peak.peak:
+                    best = result
+        if best is before:
             break
-    smallest = None
-    if chosen is None:
-        # no frontier point checked fits (at most MAX_SIMULATIONS are checked): fall back
-        # to the smallest plan among the points of least model peak (the same points
-        # whatever the budget, so this stays monotone); the budget is infeasible only
-        # when even that plan does not fit
-        fallback = min(sorted(points, key=lambda p: p.peak)[:8], key=predicted)
-        smallest = predicted(fallback) - margin  # the margin is planning slack, not the graph's need
-        if smallest + margin <= budget:
-            chosen, sim = fallback, simulated(fallback)
-        elif smallest <= budget:
-            # a second compile's margin leaves no plan, but the smallest plan meets the
-            # budget by the prediction: take it, with the margin cut to what it leaves
-            # (``margin_capped``: a further compile could not do better)
-            chosen, sim = fallback, simulated(fallback)
-            shift, margin = margin - (budget - smallest), budget - smallest
-    if chosen is None:
-        raise BudgetError(
-            f"dsgraph memory budget {format_bytes(budget)} ({budget} bytes) is below what this graph needs "
-            f"with everything recomputable recomputed; the smallest feasible budget is {smallest} bytes "
-            f"({format_bytes(smallest)})",
-            smallest,
-        )
-    # what the partition recomputes, all options together (the model's sum can differ by
-    # weight casts an option counts on and no option saves, or that two options both count)
-    recomputed = closure(joint, saved_of(chosen)).recomputed
-    plan = _describe(chosen, sim, budget, joint, segments, options_at, sims["keep"], points, solver_seconds,
-                     time.perf_counter() - start, len(cache), gap, extra_external, margin,
-                     costs.fused_seconds(recomputed, joint.held), shift)
-    plan.margin_capped = shift > 0
-    return plan
+    return best
 
 
-def walk(options_at: list[list], point: Point):
-    """(first segment index, option) along the plan a frontier point stands for."""
-    pos = 0
-    for i in point.choice:
-        option = options_at[pos][i]
-        yield pos, option
-        pos += option.length
+def _spread(points: list[Point], count: int) -> list[Point]:
+    """Up to ``count`` frontier points: the smallest quarter of them, then spread evenly
+    by peak over the rest (the same points whatever the budget)."""
+    if len(points) <= count:
+        return list(points)
+    ordered = sorted(points, key=lambda p: p.peak)
+    small = ordered[:count // 4]
+    rest = ordered[count // 4:]
+    step = len(rest) / (count - len(small))
+    return small + [rest[int(i * step)] for i in range(count - len(small))]
 
 
-def _model_gap(points: list[Point], simulated) -> int:
-    """How far the peak model errs low, measured at REFERENCE_POINTS frontier points spread
-    from the fastest to the smallest (the same points whatever the budget). The model
-    composes per-segment terms measured on uniform plans; a buffer that only some mixed
-    plans make (transformers GPT-2's shifted-logits gradient, 0.7 GiB) escapes it."""
-    if not points:
-        return 0
-    n = len(points)
-    picks = sorted({round(i * (n - 1) / max(1, REFERENCE_POINTS - 1)) for i in range(REFERENCE_POINTS)})
-    return max(0, max(simulated(points[i]).peak - points[i].peak for i in picks))
-
-
-def _describe(point: Point, sim: Simulation, budget: int, joint: JointGraph, segments: list[Segment],
-              options_at: list[list], stock: Simulation, points: list[Point], solver_seconds: float, seconds: float,
-              simulations: int, gap: int, extra_external: int, margin: int, recompute_seconds: float,
-              shift: int = 0) -> CheckpointPlan:
-    """``shift``: bytes of margin the peaks were simulated with beyond ``margin`` (a capped
-    margin), taken off every peak so that each one counts ``margin``."""
-    steps = list(walk(options_at, point))
-    carried = {segments[pos].carried for pos, option in steps if option.policy != "keep"}
-    by_name = {n.name: n for n in joint.gm.graph.nodes}
-    saved = []
+def _saved_tensors(joint: JointGraph, saved: list[Node], cut_nodes: set[Node]) -> list[SavedTensor]:
+    out = []
     first_of: dict = {}
-    for name in sim.saved:
-        node = by_name.get(name)
-        if node is None:
+    for node in saved:
+        if node.op == "placeholder":
             continue
-        if node in joint.random:
-            why = "random: never recomputed"
-        elif node in carried:
-            why = "segment input"
-        elif is_expensive(node):
-            why = "output of an expensive op (FLOPs)"
-        else:
-            why = "saved by the stock partition"
         key = storage_key(node)
         if key in joint.primal_storages:
             continue  # a view of a parameter or input: no memory of its own
         if key in first_of:
-            saved.append(SavedTensor(name, 0, f"view of {first_of[key]}"))
+            out.append(SavedTensor(node.name, 0, f"view of {first_of[key]}"))
             continue
-        first_of[key] = name
-        saved.append(SavedTensor(name, storage_nbytes(node), why))
-    regions = []
-    for pos, opt in steps:
-        if opt.policy != "keep" and opt.recomputed:
-            label = f"{pos}" if opt.length == 1 else f"{pos}-{pos + opt.length - 1}"
-            regions.append(Region(label, opt.policy, [n.name for n in opt.recomputed], opt.flops, opt.seconds))
-    return CheckpointPlan(
-        budget=budget, predicted_peak=max(point.peak + gap, sim.peak) - shift, model_peak=point.peak - shift,
-        model_gap=gap, simulated_peak=sim.peak - shift, stock_peak=stock.peak - shift,
-        recompute_seconds=recompute_seconds, saved=saved, regions=regions,
-        frontier=[(p.peak - shift, p.seconds) for p in points],
-        segments=len(segments), solver_seconds=solver_seconds, analysis_seconds=seconds,
-        simulations=simulations, extra_external=extra_external, margin=margin, forward=sim.forward,
-        backward=sim.backward,
-    )
+        first_of[key] = node.name
+        if node in joint.random:
+            why = "random: never recomputed"
+        elif node in cut_nodes:
+            why = "crosses a cut"
+        elif is_expensive(node):
+            why = "output of an expensive op (FLOPs)"
+        else:
+            why = "saved by the stock partition"
+        out.append(SavedTensor(node.name, storage_nbytes(node), why))
+    return out

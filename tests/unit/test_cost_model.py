@@ -69,3 +69,36 @@ def test_fused_recomputation_counts_only_tensors_in_memory():
     one_pass = 2 * 1024 * 1024 * 4 / costs.rates.bytes_per_s  # read x, write the result
     assert fused == pytest.approx(one_pass)
     assert unfused == pytest.approx(len(nodes) * one_pass)
+
+
+def test_calibration_fits_the_efficiencies_measured_kernels_reach():
+    """Measured kernels that reach a third of the copy bandwidth and 70% of the matmul
+    rate, plus a fixed launch cost, give those efficiencies back; the calibrated rates
+    then price a recomputed pointwise op three times higher."""
+    import dataclasses
+
+    from dsgraph.analysis.cost_model import DeviceRates, KernelSample
+
+    base = dataclasses.replace(H200, launch_s=3e-6)
+    truth = dataclasses.replace(base, memory_efficiency=1 / 3, compute_efficiency=0.7)
+    samples = []
+    for nbytes, flops in ((3 << 27, 0), (7 << 25, 0), (5 << 26, 2 * 4096 ** 3), (3 << 25, 2 * 3072 * 4096 * 1024)):
+        seconds = 3e-6 + nbytes / truth.memory_rate + flops / truth.flop_rate(torch.bfloat16)
+        samples.append(KernelSample(nbytes, flops, seconds, torch.bfloat16))
+    fitted = base.calibrate(samples)
+    assert fitted.memory_efficiency == pytest.approx(1 / 3, rel=1e-9)
+    assert fitted.compute_efficiency == pytest.approx(0.7, rel=1e-9)
+    gm = trace(lambda x: x.exp(), torch.randn(31, 17))
+    exp = by_target(gm, "exp")
+    plain = CostModel(gm, base).costs[exp].seconds - 3e-6
+    assert CostModel(gm, fitted).costs[exp].seconds - 3e-6 == pytest.approx(3 * plain, rel=1e-9)
+
+
+def test_rates_from_json(tmp_path):
+    from dsgraph.analysis.cost_model import DeviceRates
+
+    path = tmp_path / "rates.json"
+    path.write_text('{"memory_efficiency": 0.4, "launch_s": 2e-6, "flops_per_s": {"bfloat16": 7e14}}')
+    rates = DeviceRates.from_json(str(path))
+    assert rates.memory_efficiency == 0.4 and rates.launch_s == 2e-6
+    assert rates.flop_rate(torch.bfloat16) == 7e14 and rates.flop_rate(torch.float32) == H200.flop_rate(torch.float32)

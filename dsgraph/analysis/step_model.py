@@ -1,0 +1,458 @@
+"""StepModel: the peak of a training step for any choice of saved activations, without
+building the partitioned graphs.
+
+``StepModel(joint_gm, num_fwd_outputs, static_input_indices)`` reads the joint graph once
+into index arrays. ``evaluate(saved, executor)`` then predicts what the step peaks at when
+the backward receives exactly ``saved`` (joint nodes: activations, random masks and the
+primals it reads), as the executor will run the two graphs:
+
+- the partition as ``dsgraph.recompute.partition.partition`` builds it (torch's extraction,
+  ``reordering_to_mimic_autograd_engine``, ``raise_getitems``, then
+  ``sink_recomputation``), emulated on ids: the forward is what the forward outputs and
+  ``saved`` need, in joint order; the backward is what the gradients need, stopping at
+  ``saved`` and the tangents, ordered as those passes order it (``sink=False``: the
+  stock partitioner's order, without the sink);
+- ``executor="fx"``: FX execution (``TensorLifetimes``: every node allocates its storage,
+  views alias, storages die after their last use, the backward's saved inputs and
+  tangents too); ``"inductor"``: Inductor's buffers (``inductor_model.emulate``);
+- stitched as ``dsgraph.analysis.timeline.stitch`` stitches real plans: external memory
+  (primals) throughout, saved activations from their forward step to their last backward
+  use, gradients to the end.
+
+Before/after, for a saved set ``{relu}`` of ``y = relu(x @ w); loss = y.sum()``::
+
+    forward:  mm, relu, sum -> (loss, relu)       backward: le(relu), where, mm ...
+    evaluate({relu}, "fx").peak = external + the largest live set along that clock
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+from torch.fx import GraphModule, Node
+
+from .. import compat
+from .inductor_model import EmulatedGraph, OpInfo, Rules, classify, emulate, GETITEM, PLACEHOLDER, VIEW
+from .lifetimes import TensorLifetimes, tensor_values
+from .sweep import live_per_step
+
+FX, INDUCTOR = "fx", "inductor"
+
+
+@dataclass
+class StepPeak:
+    peak: int
+    executor: str
+    peak_step: int
+    live: list[int]  # live bytes per clock step: start, forward steps, backward steps, end
+    steps: list[tuple[str, int]]  # (graph, joint node id) per clock step (-1: start / end)
+    forward: list[int]  # forward node ids in execution order
+    backward: list[int]  # backward node ids in execution order
+    saved: list[int]  # what the backward receives from the forward (unused saved values dropped)
+    recomputed: list[int]  # forward nodes the backward computes again
+    external: int = 0
+    intervals: list[tuple[int, int, int, str]] | None = None  # (start, stop, bytes, what), with explain=True
+
+    def live_at(self, step: int) -> list[tuple[int, int, int, str]]:
+        """What is live at a clock step (``explain=True`` evaluations), largest first."""
+        return sorted((iv for iv in self.intervals or () if iv[0] <= step <= iv[1]), key=lambda iv: -iv[2])
+
+    @property
+    def peak_node(self) -> tuple[str, int]:
+        return self.steps[self.peak_step]
+
+
+def _is_tangent(node: Node) -> bool:
+    return node.op == "placeholder" and node.name.startswith("tangents")
+
+
+class StepModel:
+    def __init__(self, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int] = (),
+                 device_type: str | None = None, extra_external: int = 0, external: int | None = None):
+        """``external``: bytes alive through the step (default: the primals' storages, each
+        once), plus ``extra_external`` (a gradient pool)."""
+        self.gm = gm
+        nodes = list(gm.graph.nodes)
+        self.nodes = nodes
+        index = {n: i for i, n in enumerate(nodes)}
+        self.index = index
+        n_nodes = len(nodes)
+        self.ins: list[tuple[int, ...]] = [tuple(dict.fromkeys(index[a] for a in n.all_input_nodes)) for n in nodes]
+        self.users: list[tuple[int, ...]] = [tuple(index[u] for u in n.users) for n in nodes]
+        output = gm.graph.output_node()
+        self.output_id = index[output]
+        outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        self.fwd_outputs = [index[o] for o in outs[:num_fwd_outputs] if isinstance(o, Node)]
+        self.bwd_outputs = [index[o] for o in outs[num_fwd_outputs:] if isinstance(o, Node)]
+        self.placeholders = [i for i, n in enumerate(nodes) if n.op == "placeholder"]
+        self.tangents = frozenset(i for i in self.placeholders if _is_tangent(nodes[i]))
+        self.primals = [i for i in self.placeholders if i not in self.tangents]
+        # nodes that can only be in the backward (torch's extraction: tangent descendants and
+        # ``must_be_in_backward``) and only in the forward
+        bw_only = set(self.tangents)
+        for i, n in enumerate(nodes):
+            if n.op == "call_function" and (n.meta.get("partitioner_tag") == "must_be_in_backward"
+                                            or any(a in bw_only for a in self.ins[i])):
+                bw_only.add(i)
+        self.bw_only = frozenset(bw_only)
+        self.impure = [n.op == "call_function" and n.is_impure() for n in nodes]
+        self.getitem_index = {i: n.args[1] for i, n in enumerate(nodes) if n.target is operator.getitem}
+        self.is_getitem = [n.target is operator.getitem for n in nodes]
+        # Inductor's view of each node
+        if device_type is None:
+            device_type = _device_type(nodes)
+        self.device_type = device_type
+        self.rules = Rules.for_device(device_type)
+        self.info: list[OpInfo] = [classify(n, self.rules) for n in nodes]
+        self.realizing_user = [any(self.info[u].realizes_inputs for u in self.users[i]) for i in range(n_nodes)]
+        # FX: storages (views alias their base; a multi-output node's elements have their own)
+        lifetimes = TensorLifetimes(gm)
+        storages = lifetimes.storages
+        self.storage_bytes = [s.nbytes for s in storages]
+        self.storage_of = [lifetimes.storage_of[n].id if n in lifetimes.storage_of else -1 for n in nodes]
+        self.alloc: list[tuple[int, ...]] = [()] * n_nodes
+        roots: dict[int, list[int]] = {}
+        for s in storages:
+            if not s.is_input:
+                roots.setdefault(index[s.root], []).append(s.id)
+        for i, ids in roots.items():
+            self.alloc[i] = tuple(ids)
+        elements: dict[int, list[int]] = {}
+        for (node, _), s in lifetimes._elements.items():
+            elements.setdefault(index[node], []).append(s.id)
+        # storages each node keeps alive by reading it (a multi-output node: all its elements)
+        self.uses: list[tuple[int, ...]] = []
+        for i in range(n_nodes):
+            touched = []
+            for a in self.ins[i]:
+                s = self.storage_of[a]
+                if s >= 0:
+                    touched.append(s)
+                else:
+                    touched.extend(elements.get(a, ()))
+            self.uses.append(tuple(dict.fromkeys(touched)))
+        self.primal_storages = frozenset(self.storage_of[i] for i in self.primals if self.storage_of[i] >= 0)
+        if external is None:
+            external = sum(self.storage_bytes[s] for s in self.primal_storages)
+        self.external = external + extra_external
+        self.order_of_output_args = [index[o] for o in outs if isinstance(o, Node)]
+
+    # -- the partition, emulated --------------------------------------------------------
+
+    def partition(self, saved: Iterable[int], sink: bool = True):
+        """(forward order, backward order, backward inputs, saved used, recomputed)."""
+        saved = set(saved)
+        ins = self.ins
+        tangents = self.tangents
+        bw: set[int] = set()
+        bw_inputs: set[int] = set()
+        stack = list(self.bwd_outputs)
+        while stack:
+            i = stack.pop()
+            if i in bw or i in bw_inputs:
+                continue
+            if i in saved or i in tangents or self.info[i].kind == PLACEHOLDER:
+                bw_inputs.add(i)
+                continue
+            bw.add(i)
+            stack.extend(ins[i])
+        used_saved = sorted(i for i in bw_inputs if i not in tangents)
+        fw: set[int] = set()
+        fw_inputs: set[int] = set()
+        stack = list(self.fwd_outputs) + [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
+        while stack:
+            i = stack.pop()
+            if i in fw or i in fw_inputs:
+                continue
+            if self.info[i].kind == PLACEHOLDER:
+                fw_inputs.add(i)
+                continue
+            fw.add(i)
+            stack.extend(ins[i])
+        fw_order = self._raise_getitems(sorted(fw), fw)
+        bw_order = self._raise_getitems(self._mimic_autograd(sorted(bw), bw), bw)
+        if sink:
+            bw_order = self._sink(bw_order, bw)
+        recomputed = [i for i in bw_order if i not in self.bw_only]
+        return fw_order, bw_order, sorted(fw_inputs), used_saved, recomputed
+
+    def _raise_getitems(self, order: list[int], members: set[int]) -> list[int]:
+        out = []
+        is_getitem = self.is_getitem
+        for i in order:
+            if is_getitem[i]:
+                continue
+            out.append(i)
+            for u in self.users[i]:
+                if is_getitem[u] and u in members:
+                    out.append(u)
+        return out
+
+    def _mimic_autograd(self, order: list[int], members: set[int]) -> list[int]:
+        """``reordering_to_mimic_autograd_engine``: from the first node that reads a
+        tangent, each node is preceded by the nodes it needs that are not placed yet."""
+        first = None
+        for t in self.tangents:
+            for u in self.users[t]:
+                if u in members and (first is None or u < first):
+                    first = u
+        if first is None:
+            return order
+        placed: set[int] = set()
+        out: list[int] = []
+        ins = self.ins
+
+        def insert(i: int) -> None:
+            stack, found = [i], []
+            seen = set()
+            while stack:
+                j = stack.pop()
+                if j in seen or j in placed or j not in members:
+                    continue
+                seen.add(j)
+                found.append(j)
+                stack.extend(ins[j])
+            found.sort()
+            for j in found:
+                placed.add(j)
+                out.append(j)
+
+        for i in order:
+            if i < first and self.nodes[i].target is torch.ops.aten.copy_.default:
+                insert(i)
+        for i in order:
+            if i >= first:
+                insert(i)
+        return out
+
+    def _sink(self, order: list[int], members: set[int]) -> list[int]:
+        """``dsgraph.recompute.partition.sink_recomputation``: each node that reads no
+        tangent moves to just before its first user, in reverse order."""
+        tangent_side = set(self.tangents)
+        for i in order:
+            if any(a in tangent_side for a in self.ins[i]):
+                tangent_side.add(i)
+        out_id = self.output_id
+        bw_outputs = set(self.bwd_outputs)
+        gap = 1 << 20
+        prev: dict[int, int | None] = {}
+        nxt: dict[int, int | None] = {}
+        pos: dict[int, int] = {}
+        last = None
+        for k, i in enumerate(order):
+            prev[i], pos[i] = last, k * gap
+            if last is not None:
+                nxt[last] = i
+            last = i
+        if last is not None:
+            nxt[last] = None
+        head = order[0] if order else None
+        end_pos = len(order) * gap
+
+        def users_of(i: int) -> list[int]:
+            us = [u for u in self.users[i] if u in members]
+            if i in bw_outputs:
+                us.append(out_id)
+            return us
+
+        for i in reversed(order):
+            if i in tangent_side or self.impure[i]:
+                continue
+            us = users_of(i)
+            if not us:
+                continue
+            first = min(us, key=lambda u: pos[u] if u != out_id else end_pos)
+            if first == out_id or prev[first] == i:
+                continue
+            # unlink i
+            p, q = prev[i], nxt[i]
+            if p is not None:
+                nxt[p] = q
+            else:
+                head = q
+            if q is not None:
+                prev[q] = p
+            # link before first
+            before = prev[first]
+            prev[i], nxt[i] = before, first
+            prev[first] = i
+            if before is not None:
+                nxt[before] = i
+            else:
+                head = i
+            low = pos[before] if before is not None else pos[first] - gap
+            if pos[first] - low < 2:
+                k, j = 0, head
+                while j is not None:
+                    pos[j] = k * gap
+                    k, j = k + 1, nxt[j]
+            else:
+                pos[i] = (low + pos[first]) // 2
+        out, j = [], head
+        while j is not None:
+            out.append(j)
+            j = nxt[j]
+        return out
+
+    # -- evaluation ---------------------------------------------------------------------
+
+    def evaluate(self, saved: Iterable[int], executor: str = INDUCTOR, sink: bool = True,
+                 explain: bool = False) -> StepPeak:
+        """``explain``: keep every interval with a label (``StepPeak.live_at``)."""
+        fw_order, bw_order, fw_inputs, used_saved, recomputed = self.partition(saved, sink)
+        labels = [] if explain else None
+        if executor == FX:
+            return self._fx(fw_order, bw_order, used_saved, recomputed, labels)
+        if executor == INDUCTOR:
+            return self._inductor(fw_order, bw_order, fw_inputs, used_saved, recomputed, labels)
+        raise ValueError(f"executor must be 'fx' or 'inductor', not {executor!r}")
+
+    def _clock(self, fw_steps: list[int], bw_steps: list[int]):
+        steps = [("start", -1)] + [("forward", i) for i in fw_steps] + [("backward", i) for i in bw_steps]
+        steps.append(("end", -1))
+        return steps, 1, 1 + len(fw_steps), 1 + len(fw_steps) + len(bw_steps)
+
+    def _result(self, executor, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels=None) -> StepPeak:
+        live = live_per_step(len(steps), intervals)
+        live = [x + self.external for x in live]
+        peak_step = max(range(len(live)), key=live.__getitem__)
+        explained = None
+        if labels is not None:
+            explained = [(a, b, c, label) for (a, b, c), label in zip(intervals, labels)]
+        return StepPeak(live[peak_step], executor, peak_step, live, steps, fw_order, bw_order, used_saved,
+                        recomputed, self.external, explained)
+
+    def _fx(self, fw_order, bw_order, used_saved, recomputed, labels=None) -> StepPeak:
+        steps, fw0, bw0, end = self._clock(fw_order, bw_order)
+        sbytes = self.storage_bytes
+        primal_storages = self.primal_storages
+        # last use of each storage in each graph (step indices of that graph)
+        fw_last: dict[int, int] = {}
+        for k, i in enumerate(fw_order):
+            for s in self.uses[i]:
+                fw_last[s] = k
+        bw_last: dict[int, int] = {}
+        for k, i in enumerate(bw_order):
+            for s in self.uses[i]:
+                bw_last[s] = k
+        saved_storages = {self.storage_of[i] for i in used_saved}
+        user_out = {self.storage_of[i] for i in self.fwd_outputs}
+        intervals = []
+        for k, i in enumerate(fw_order):
+            for s in self.alloc[i]:
+                if s in user_out:
+                    stop = end
+                elif s in saved_storages:
+                    stop = bw0 + bw_last[s] if s in bw_last else bw0
+                else:
+                    stop = fw0 + fw_last.get(s, k)
+                intervals.append((fw0 + k, stop, sbytes[s]))
+                if labels is not None:
+                    labels.append(f"forward:{self.nodes[i].name}")
+        fw_alloc = {s for i in fw_order for s in self.alloc[i]}
+        # backward inputs that are not forward storages nor held: the tangents
+        for t in self.tangents:
+            s = self.storage_of[t]
+            if s >= 0 and s not in primal_storages:
+                intervals.append((bw0, bw0 + max(bw_last.get(s, 0), 0), sbytes[s]))
+                if labels is not None:
+                    labels.append(f"tangent:{self.nodes[t].name}")
+        # saved values that are views of storages the forward did not allocate here
+        # (inputs): held, counted as external
+        bw_out = {self.storage_of[i] for i in self.bwd_outputs}
+        for k, i in enumerate(bw_order):
+            for s in self.alloc[i]:
+                stop = end if s in bw_out else bw0 + bw_last.get(s, k)
+                intervals.append((bw0 + k, stop, sbytes[s]))
+                if labels is not None:
+                    labels.append(f"backward:{self.nodes[i].name}")
+        del fw_alloc
+        return self._result(FX, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels)
+
+    def _graph(self, order, inputs, outputs, donated=frozenset()) -> EmulatedGraph:
+        members = set(order) | set(inputs)
+        output_set = set(outputs)
+        users = {}
+        realizing = {}
+        pointwise = {}
+        for i in members:
+            us = [u for u in self.users[i] if u in members]
+            users[i] = len(set(us)) + (1 if i in output_set else 0)
+            realizing[i] = any(self.info[u].realizes_inputs for u in us)
+            pointwise[i] = i not in output_set and all(self._pointwise_use(u, members) for u in us)
+        return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
+                             frozenset(donated), pointwise)
+
+    def _pointwise_use(self, u: int, members: set[int], depth: int = 0) -> bool:
+        """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are."""
+        node = self.nodes[u]
+        if node.op != "call_function" or depth > 8:
+            return False
+        if self.info[u].kind in (VIEW, GETITEM):
+            return all(self._pointwise_use(w, members, depth + 1) for w in self.users[u] if w in members)
+        target = node.target
+        return compat.is_op(target) and torch.Tag.pointwise in target.tags
+
+    def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None) -> StepPeak:
+        saved_out = [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
+        fw_outputs = list(dict.fromkeys(self.fwd_outputs + saved_out))
+        fw_run = emulate(self._graph(fw_order, fw_inputs, fw_outputs), self.rules)
+        bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in set(bw_order) for u in self.users[t]))
+        donated = {i for i in saved_out if self.storage_of[i] not in self.primal_storages}
+        bw_run = emulate(self._graph(bw_order, bw_inputs, self.bwd_outputs, donated), self.rules)
+        steps, fw0, bw0, end = self._clock(fw_run.kernels, bw_run.kernels)
+        intervals = []
+        user_out = set(self.fwd_outputs)
+        # saved value -> last backward step reading it (its buffer in the backward)
+        bw_last = bw_run.input_last
+        fw_buffer_saved: dict[int, list[int]] = {}
+        for node, b in fw_run.output_buffers.items():
+            fw_buffer_saved.setdefault(b, []).append(node)
+        for b_index, b in enumerate(fw_run.buffers):
+            if b.input or b.nbytes == 0:
+                continue
+            start = fw0 + b.start
+            nodes = fw_buffer_saved.get(b_index, [])
+            if any(n in user_out for n in nodes):
+                stop = end
+            elif nodes:
+                uses = [bw_last.get(n, -1) for n in nodes]
+                last = max(uses)
+                stop = end if last >= len(bw_run.kernels) else bw0 + max(last, 0)
+                if any(bw_run.buffers[k].output for k in _input_buffers(bw_run, nodes)):
+                    stop = end
+            else:
+                stop = fw0 + max(b.end, b.start)
+            intervals.append((start, stop, b.nbytes))
+            if labels is not None:
+                labels.append(f"forward:{self.nodes[b.node].name}")
+        for b in bw_run.buffers:
+            if b.input:
+                if b.node in self.tangents and self.storage_of[b.node] not in self.primal_storages:
+                    stop = end if b.output else bw0 + max(b.end, 0)
+                    intervals.append((bw0, stop, b.nbytes))
+                    if labels is not None:
+                        labels.append(f"tangent:{self.nodes[b.node].name}")
+                continue
+            if b.nbytes == 0:
+                continue
+            stop = end if b.output else bw0 + max(b.end, b.start)
+            intervals.append((bw0 + b.start, stop, b.nbytes))
+            if labels is not None:
+                labels.append(f"backward:{self.nodes[b.node].name}")
+        return self._result(INDUCTOR, intervals, steps, fw_run.kernels, bw_run.kernels, used_saved, recomputed,
+                            labels)
+
+
+def _input_buffers(run, nodes) -> list[int]:
+    return [k for k, b in enumerate(run.buffers) if b.input and b.node in nodes]
+
+
+def _device_type(nodes: list[Node]) -> str:
+    for n in nodes:
+        for _, t in tensor_values(n.meta.get("val")):
+            return t.device.type
+    return "cpu"

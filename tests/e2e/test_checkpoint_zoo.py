@@ -1,0 +1,182 @@
+"""The checkpoint planner on the model zoo (tests/zoo.py), CPU sizes.
+
+For each model: the stock prediction equals FX's plan of the stock partition; each budget
+from the stock peak down to the smallest plan is met, as predicted, by FX's plan of the
+partition the planner returns (``fx_plan`` of the graphs it built), and the predicted
+peaks are monotone; the smallest plan is at or below hand-written per-block checkpointing
+(``torch.utils.checkpoint`` around each block, or transformers' own), measured the same
+way: the compiled step's stock partition. Through Inductor (``e2e``): predictions against
+the buffer plans Inductor really makes (``dsgraph.recompute.truth``). On a graph of under
+200 nodes the planner's smallest plan is held against exhaustive search of its plan space,
+every plan evaluated exactly.
+"""
+
+import pytest
+import torch
+
+from dsgraph.analysis.plan import fx_plan
+from dsgraph.analysis.step_model import StepModel
+from dsgraph.analysis.timeline import Interval, stitch
+from dsgraph.errors import BudgetError
+from dsgraph.recompute import truth
+from dsgraph.recompute.cuts import candidate_cuts
+from dsgraph.recompute.joint import JointGraph
+from dsgraph.recompute.model import PlanEvaluator
+from dsgraph.recompute.options import POLICIES, Intervals
+from dsgraph.recompute.planner import external_bytes, plan_checkpoint
+from tests import zoo
+
+NAMES = ["gated", "llama", "gpt24", "cnn", "masked"]
+
+
+def _requires(name):
+    if not zoo.available(name):
+        pytest.importorskip("transformers")
+
+
+_captured: dict = {}
+
+
+def captured(name: str, per_block: bool = False) -> truth.JointCapture:
+    """The joint graph of one training step of the zoo model (one capture per model)."""
+    key = (name, per_block)
+    if key not in _captured:
+        model, inputs = zoo.build(name, per_block=per_block)
+        _captured[key] = truth.capture_joint(model, inputs)
+    return _captured[key]
+
+
+def step_model(j: truth.JointCapture) -> StepModel:
+    return StepModel(j.gm, j.kwargs["num_fwd_outputs"], j.kwargs.get("static_lifetime_input_indices") or [])
+
+
+def stock_peak(j: truth.JointCapture, executor: str) -> int:
+    """The stock partition's predicted peak (what Inductor's partitioner saved)."""
+    model = step_model(j)
+    by_name = {n.name: n for n in j.gm.graph.nodes}
+    return model.evaluate([model.index[by_name[n]] for n in j.stock_saved], executor, sink=False).peak
+
+
+def fx_truth(plan, j: truth.JointCapture) -> int:
+    """FX's own plan of the graphs the planner built, stitched over the step."""
+    fw, bw = plan.forward, plan.backward
+    saved = [n.name for n in bw.graph.nodes if n.op == "placeholder" and "tangents" not in n.name]
+    joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], j.kwargs.get("static_lifetime_input_indices") or [])
+    return stitch(fx_plan(fw), fx_plan(bw), [Interval("primals", external_bytes(joint), 0, 0)], saved).peak_bytes
+
+
+def smallest(j: truth.JointCapture, executor: str) -> BudgetError:
+    with pytest.raises(BudgetError) as info:
+        plan_checkpoint(j.gm, j.joint_inputs, j.kwargs, 1, executor=executor)
+    return info.value
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stock_prediction_is_fxs_own_plan(name):
+    _requires(name)
+    model, inputs = zoo.build(name)
+    real = truth.compiled_peaks(model, inputs, truth.stock, inductor=False)
+    assert stock_peak(real.joint, "fx") == real.fx_peak
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_budgets_are_met_as_predicted_and_monotone_fx(name):
+    _requires(name)
+    j = captured(name)
+    error = smallest(j, "fx")
+    low, bound = error.smallest_feasible, error.lower_bound
+    stock = stock_peak(j, "fx")
+    assert bound <= low < stock
+    peaks = []
+    for i in range(4):
+        budget = stock - (stock - low) * i // 3
+        plan = plan_checkpoint(j.gm, j.joint_inputs, j.kwargs, budget, executor="fx")
+        assert plan.predicted_peak <= budget
+        assert fx_truth(plan, j) == plan.predicted_peak  # honoured as predicted: FX's plan of those graphs
+        peaks.append(plan.predicted_peak)
+    assert peaks == sorted(peaks, reverse=True) and peaks[-1] == low < peaks[0]
+
+
+@pytest.mark.parametrize("executor", ["fx", "inductor"])
+@pytest.mark.parametrize("name", NAMES)
+def test_smallest_plan_is_at_or_below_per_block_checkpointing(name, executor):
+    """The hand-written baseline is compiled as it is (its own stock partition, which
+    honours torch.utils.checkpoint's recompute tags) and predicted the same way."""
+    _requires(name)
+    low = smallest(captured(name), executor).smallest_feasible
+    per_block = stock_peak(captured(name, per_block=True), executor)
+    assert low <= per_block, f"{name}: smallest plan {low} B, per-block checkpointing {per_block} B"
+
+
+def test_per_block_prediction_is_fxs_own_plan():
+    """The baseline's FX prediction is FX's own plan of its compiled step (CNN: BatchNorm
+    buffers, recompute tags, random-free)."""
+    model, inputs = zoo.build("cnn", per_block=True)
+    real = truth.compiled_peaks(model, inputs, truth.stock, inductor=False)
+    assert stock_peak(real.joint, "fx") == real.fx_peak
+
+
+def _all_plans(intervals: Intervals, max_len: int):
+    """Every sequence of options covering the segments (the planner's whole plan space)."""
+    m = intervals.segments
+
+    def rest(k):
+        if k == m:
+            yield []
+            return
+        for length in range(1, min(max_len, m - k) + 1):
+            for policy in POLICIES:
+                for tail in rest(k + length):
+                    yield [intervals.option(policy, k, k + length)] + tail
+
+    return rest(0)
+
+
+@pytest.mark.parametrize("executor", ["fx", "inductor"])
+def test_smallest_plan_against_exhaustive_search(executor):
+    """A gated layer (under 200 joint nodes, 7 segments): every plan of the planner's space
+    (11661 option sequences) evaluated exactly; the planner's smallest plan is the
+    smallest of them all."""
+    from dsgraph.analysis.cost_model import CostModel
+    from dsgraph.recompute import planner
+
+    torch.manual_seed(0)
+    model = zoo.GatedNet(dim=23, hidden=41, layers=1)
+    j = truth.capture_joint(model, (torch.randn(97, 23),))
+    assert len(j.gm.graph.nodes) < 200
+    static = j.kwargs.get("static_lifetime_input_indices") or []
+    joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], static)
+    stock = {n for n in joint.forward if n.name in set(j.stock_saved)}
+    sm = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static, external=external_bytes(joint))
+    intervals = Intervals(joint, candidate_cuts(joint), stock, CostModel(j.gm), set(), max_len=planner.MAX_SPAN)
+    evaluator = PlanEvaluator(joint, sm, intervals, executor)
+    assert intervals.segments <= 7  # keeps the enumeration to seconds
+    plans = list(_all_plans(intervals, planner.MAX_SPAN))
+    best = min(evaluator.evaluate(plan).peak.peak for plan in plans)
+    low = smallest(j, executor).smallest_feasible
+    assert low == best, f"planner {low} B, exhaustive {best} B over {len(plans)} plans"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", NAMES)
+def test_inductor_predictions_against_inductors_own_plans(name, tmp_path, monkeypatch):
+    """Stock, the smallest plan and a plan halfway, each compiled through Inductor (plans
+    read after code generation, ``compat.inductor_codegen_only``): the predicted peak
+    within 3% of the peak of Inductor's own buffer plans."""
+    _requires(name)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    j = captured(name)
+    low = smallest(j, "inductor").smallest_feasible
+    stock = stock_peak(j, "inductor")
+    model, inputs = zoo.build(name)
+    errors = {}
+    for label, budget in (("stock", 1 << 50), ("halfway", (low + stock) // 2), ("smallest", low)):
+        made = {}
+
+        def choose(gm, joint_inputs, kwargs, budget=budget):
+            made["plan"] = plan_checkpoint(gm, joint_inputs, kwargs, budget, executor="inductor")
+            return made["plan"].forward, made["plan"].backward
+
+        real = truth.compiled_peaks(model, inputs, choose, inductor=True).inductor_peak
+        errors[label] = made["plan"].predicted_peak / real - 1
+    assert all(abs(e) <= 0.03 for e in errors.values()), {k: f"{v:+.2%}" for k, v in errors.items()}

@@ -1,0 +1,254 @@
+"""The checkpoint planner's model zoo: models of different shapes, each returning its loss.
+
+Each entry builds ``(model, inputs)`` at a size (``"cpu"``: small, for the tests;
+``"h200"``: the benchmark's) and, with ``per_block=True``, the same model with hand-written
+per-block checkpointing (``torch.utils.checkpoint`` around each block, or transformers'
+``gradient_checkpointing_enable()``): what people do by hand, the floor the planner must
+reach. Sizes are odd on purpose; the activations dominate the parameters at the CPU size,
+so a peak is about what the planner decides.
+
+- ``gated``: a residual network of gated layers, ``x + W3(sigmoid(W1 x) * W2 x)``: the
+  gradient stream reaches the matmuls only through pointwise ops;
+- ``llama``: a transformers Llama decoder (RMSNorm, rotary embeddings, SwiGLU, grouped
+  attention), loss computed outside the model (FACTS.md: ``labels=`` can break the graph);
+- ``gpt24``: dsgraph's GPT reference model with 24 layers at a tiny width;
+- ``cnn``: a residual CNN with BatchNorm (running statistics: buffers the forward mutates)
+  and a cross-entropy loss on labels that live through the whole step;
+- ``masked``: a residual MLP whose every layer and the loss read a mask derived from the
+  input (a long-lived input-only value that crosses every cut).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+
+def _maybe_checkpoint(block: nn.Module, per_block: bool, *args):
+    if per_block and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False)
+    return block(*args)
+
+
+# -- gated residual network -------------------------------------------------------------
+
+class GatedLayer(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden)
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.sigmoid(self.gate(x)) * self.up(x))
+
+
+class GatedNet(nn.Module):
+    def __init__(self, dim: int, hidden: int, layers: int, per_block: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(GatedLayer(dim, hidden) for _ in range(layers))
+        self.per_block = per_block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = _maybe_checkpoint(layer, self.per_block, x)
+        return x.square().mean()
+
+
+# -- transformers Llama ----------------------------------------------------------------------
+
+class LlamaLoss(nn.Module):
+    """Next-token loss of a transformers causal LM, computed outside the model."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.model(input_ids=ids).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
+def transformers_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _llama(vocab: int, dim: int, hidden: int, layers: int, heads: int, kv_heads: int, seq: int,
+           per_block: bool) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=seq,
+                         attn_implementation="sdpa", use_cache=False)
+    model = LlamaForCausalLM(config)
+    if per_block:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.24 renamed it
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return LlamaLoss(model)
+
+
+# -- CNN with BatchNorm ----------------------------------------------------------------------
+
+class ConvBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(x + self.bn2(self.conv2(y)))
+
+
+class ConvNet(nn.Module):
+    def __init__(self, channels: int, blocks: int, classes: int, per_block: bool = False):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+        self.blocks = nn.ModuleList(ConvBlock(channels) for _ in range(blocks))
+        self.head = nn.Linear(channels, classes)
+        self.per_block = per_block
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.bn(self.stem(images)))
+        for block in self.blocks:
+            x = _maybe_checkpoint(block, self.per_block, x)
+        logits = self.head(x.mean(dim=(2, 3)))
+        return F.cross_entropy(logits, labels)
+
+
+# -- residual MLP with an input-derived mask -------------------------------------------------
+
+class MaskedLayer(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(self.norm(x)))) * mask
+
+
+class MaskedNet(nn.Module):
+    def __init__(self, vocab: int, dim: int, hidden: int, layers: int, per_block: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(MaskedLayer(dim, hidden) for _ in range(layers))
+        self.out = nn.Linear(dim, 1)
+        self.per_block = per_block
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = (ids != 0).unsqueeze(-1).to(torch.float32)  # padding (id 0) is masked out
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = _maybe_checkpoint(layer, self.per_block, x, mask)
+        return (self.out(x).squeeze(-1) * mask.squeeze(-1)).sum() / mask.sum()
+
+
+# -- the zoo ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    build: Callable[[str, bool], nn.Module]  # (size, per_block) -> model
+    inputs: Callable[[str, int], tuple]  # (size, seed) -> inputs
+    needs: str = ""  # an optional package the entry needs
+
+
+SIZES = {
+    "gated": {"cpu": dict(dim=48, hidden=83, layers=12, batch=509), "h200": dict(dim=2048, hidden=5632, layers=16, batch=16384)},
+    "llama": {"cpu": dict(vocab=301, dim=64, hidden=171, layers=4, heads=4, kv_heads=2, seq=67, batch=5),
+              "h200": dict(vocab=32000, dim=2048, hidden=5632, layers=16, heads=16, kv_heads=4, seq=2048, batch=4)},
+    "gpt24": {"cpu": dict(vocab=211, seq=64, layers=24, heads=2, dim=32, batch=7),
+              "h200": dict(vocab=50304, seq=1024, layers=24, heads=16, dim=1024, batch=8)},
+    "cnn": {"cpu": dict(channels=12, blocks=4, classes=10, image=23, batch=13),
+            "h200": dict(channels=128, blocks=8, classes=1000, image=112, batch=128)},
+    "masked": {"cpu": dict(vocab=97, dim=40, hidden=123, layers=8, seq=53, batch=11),
+               "h200": dict(vocab=32000, dim=2048, hidden=8192, layers=16, seq=2048, batch=8)},
+}
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _gpt(size: str, per_block: bool) -> nn.Module:
+    from dsgraph.models import GPT, GPTConfig
+
+    s = SIZES["gpt24"][size]
+    return GPT(GPTConfig(vocab=s["vocab"], seq=s["seq"], layers=s["layers"], heads=s["heads"], dim=s["dim"],
+                         checkpoint_blocks=per_block))
+
+
+def _gpt_inputs(size: str, seed: int):
+    s = SIZES["gpt24"][size]
+    g = _gen(seed)
+    return (torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=g),
+            torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=g))
+
+
+def _llama_inputs(size: str, seed: int):
+    s = SIZES["llama"][size]
+    g = _gen(seed)
+    return (torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=g),
+            torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=g))
+
+
+def _masked_inputs(size: str, seed: int):
+    s = SIZES["masked"][size]
+    ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=_gen(seed))
+    ids[:, -(s["seq"] // 5):] = 0  # a padded tail, as batches of unequal sequences have
+    return (ids,)
+
+
+def _cnn_inputs(size: str, seed: int):
+    s = SIZES["cnn"][size]
+    g = _gen(seed)
+    return (torch.randn(s["batch"], 3, s["image"], s["image"], generator=g),
+            torch.randint(0, s["classes"], (s["batch"],), generator=g))
+
+
+ZOO: dict[str, Entry] = {
+    "gated": Entry("gated", lambda size, pb: GatedNet(*(SIZES["gated"][size][k] for k in ("dim", "hidden", "layers")),
+                                                     per_block=pb),
+                   lambda size, seed: (torch.randn(SIZES["gated"][size]["batch"], SIZES["gated"][size]["dim"],
+                                                   generator=_gen(seed)),)),
+    "llama": Entry("llama", lambda size, pb: _llama(**{k: v for k, v in SIZES["llama"][size].items() if k != "batch"},
+                                                    per_block=pb),
+                   _llama_inputs, needs="transformers"),
+    "gpt24": Entry("gpt24", _gpt, _gpt_inputs),
+    "cnn": Entry("cnn", lambda size, pb: ConvNet(*(SIZES["cnn"][size][k] for k in ("channels", "blocks", "classes")),
+                                                 per_block=pb),
+                 _cnn_inputs),
+    "masked": Entry("masked", lambda size, pb: MaskedNet(*(SIZES["masked"][size][k]
+                                                           for k in ("vocab", "dim", "hidden", "layers")),
+                                                         per_block=pb),
+                    _masked_inputs),
+}
+
+
+def build(name: str, size: str = "cpu", per_block: bool = False, seed: int = 0) -> tuple[nn.Module, tuple]:
+    """The model (fp32, train mode, seeded) and one batch of inputs."""
+    entry = ZOO[name]
+    torch.manual_seed(seed)
+    model = entry.build(size, per_block).train()
+    return model, entry.inputs(size, seed + 1)
+
+
+def available(name: str) -> bool:
+    return ZOO[name].needs != "transformers" or transformers_available()
