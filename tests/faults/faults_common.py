@@ -1,7 +1,8 @@
 """Shared pieces of the fault-injection tests: a tiny language model every single-process
 pass applies to (an embedding, a GELU MLP, a layer norm, an output projection into
-``F.cross_entropy`` for chunk_loss), the fallback warnings of one call, and Triton's
-interpreter for the lowering tests."""
+``F.cross_entropy`` for chunk_loss, and a parameter used elementwise, whose pooled gradient
+``slot += g * h`` is a region lower_triton takes by default), the fallback warnings of one
+call, and Triton's interpreter for the lowering tests."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from dsgraph.compile import backend
 from dsgraph.errors import DsgraphFallbackWarning
 
-VOCAB, DIM, SEQ = 37, 16, 7
+VOCAB, DIM, SEQ, BATCH = 37, 16, 7, 3
 
 
 class TinyLM(nn.Module):
@@ -26,17 +27,18 @@ class TinyLM(nn.Module):
         self.down = nn.Linear(3 * DIM - 1, DIM)
         self.ln = nn.LayerNorm(DIM)
         self.head = nn.Linear(DIM, VOCAB)
+        self.gate = nn.Parameter(1 + 0.1 * torch.randn(BATCH, SEQ, DIM))
 
     def forward(self, idx, targets):
-        h = self.tok(idx)
+        h = self.tok(idx) * self.gate
         h = h + self.down(F.gelu(self.up(h)))
         logits = self.head(self.ln(h))
         return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
 
 
-def lm_batch(seed: int = 0, batch: int = 3):
+def lm_batch(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, VOCAB, (batch, SEQ), generator=g), torch.randint(0, VOCAB, (batch, SEQ), generator=g))
+    return (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(0, VOCAB, (BATCH, SEQ), generator=g))
 
 
 def fresh_lm(seed: int = 0) -> TinyLM:
