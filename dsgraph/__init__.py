@@ -13,8 +13,8 @@ from .errors import BudgetError, DsgraphBudgetWarning, DsgraphFallbackWarning, N
 from .memory import MemoryProfile, memory_profile
 from .runtime.pool import GradPool, grad_pool
 from .runtime.replicate import ReplicaMismatchError, no_sync, replicate
-from .pass_api import Options, Pipeline, validate_options
-from .compile.pipeline import parse as parse_pipeline
+from .pass_api import Options, Pipeline
+from .compile.pipeline import check_options as validate_options, parse as parse_pipeline
 from .report.reports import GraphReport, PassRecord, clear_reports, format_table as report_table, reports
 
 __all__ = [

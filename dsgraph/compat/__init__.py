@@ -7,7 +7,7 @@ access anywhere else.
 Checked: 2.11 (GPU machines) and 2.13 (CPU, CI); each module says what it covers.
 """
 
-from .autograd import at_backward_end, hook_dicts, post_accumulate_hooks, tensor_hooks
+from .autograd import at_backward_end, graph_task_id, hook_dicts, post_accumulate_hooks, tensor_hooks
 from .distributed import all_reduce_op, group_name, wait_tensor_op
 from .dynamo import dynamo_graph_inputs, explain, reset
 from .functorch import (
@@ -67,7 +67,7 @@ from .version import SUPPORTED, TORCH_VERSION, check_version
 __all__ = [
     "CodegenOnly", "inductor_codegen_only", "inductor_registries", "inductor_rules", "min_cut_saved_names",
     "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
-    "arena_inductor_patches", "at_backward_end", "collective_order_patches", "control_deps_op", "group_name",
+    "arena_inductor_patches", "at_backward_end", "graph_task_id", "collective_order_patches", "control_deps_op", "group_name",
     "pin_collectives", "real_tensors", "wait_tensor_op",
     "boxed_fx", "check_version", "compile_fx", "compile_fx_inner", "contiguous_strides", "copy_graph_module",
     "custom_partitioner_base", "default_partition", "detect_fake_mode", "dsgraph_compile_config",

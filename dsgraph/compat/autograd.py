@@ -28,5 +28,13 @@ def hook_dicts(param: torch.Tensor) -> list[dict]:
 
 
 def at_backward_end(fn: Callable[[], None]) -> None:
-    """Run ``fn`` when the running backward finishes (autograd's engine callback)."""
+    """Run ``fn`` when the running backward finishes (autograd's engine callback). The
+    engine runs it only when the backward completes: not when a node raises."""
     torch.autograd.Variable._execution_engine.queue_callback(fn)
+
+
+def graph_task_id() -> int | None:
+    """Which backward (autograd graph task) the calling code runs in: -1 outside any; None
+    where torch does not say."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return None if current is None else current()

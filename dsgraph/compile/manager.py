@@ -26,7 +26,13 @@ log = logging.getLogger("dsgraph")
 
 
 class InjectedFailure(RuntimeError):
-    """Raised in place of a pass named by DSGRAPH_TEST_FAIL_PASS (tests of the fallback)."""
+    """Raised in place of a pass named by DSGRAPH_TEST_FAIL_PASS (tests of the fallback):
+    ``<pass>`` fails the pass in the first stage it runs in, ``<pass>@<stage>`` only in that
+    stage (a pass that runs in several stages, failing after its earlier stages succeeded)."""
+
+
+def injected(test_fail_pass: str | None, name: str, stage: str) -> bool:
+    return test_fail_pass in (name, f"{name}@{stage}")
 
 
 def _header(report_name: str, label: str, ms: float | None, result: PassResult | None) -> list[str]:
@@ -66,8 +72,8 @@ def run_passes(
         ctx._pass_index = step
         start = time.perf_counter()
         try:
-            if config.test_fail_pass == inv.name:
-                raise InjectedFailure(f"DSGRAPH_TEST_FAIL_PASS={inv.name}")
+            if injected(config.test_fail_pass, inv.name, ctx.stage):
+                raise InjectedFailure(f"DSGRAPH_TEST_FAIL_PASS={config.test_fail_pass}")
             result = module.run(ctx.gm, ctx)
             if not isinstance(result, PassResult):
                 raise TypeError(f"pass returned {type(result).__name__}, expected PassResult")

@@ -19,7 +19,7 @@ import re
 from typing import Mapping
 
 from ..errors import did_you_mean
-from ..pass_api import Options, PassInvocation, Pipeline
+from ..pass_api import Options, PassInvocation, Pipeline, validate_options
 from . import registry
 
 _NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -93,7 +93,18 @@ def parse(text: str) -> Pipeline:
     if duplicates:
         raise ValueError(f"dsgraph pipeline {text!r}: pass(es) named twice: {', '.join(duplicates)}")
     _check_mutation_order(passes, text)
+    _check_after(passes, text)
     return Pipeline(passes)
+
+
+def _check_after(passes: tuple[PassInvocation, ...], text: str) -> None:
+    """A pass runs after the passes its spec names in ``after`` (when the pipeline holds them)."""
+    names = [p.name for p in passes]
+    for i, inv in enumerate(passes):
+        for earlier in registry.spec(inv.name).after:
+            if earlier in names[i + 1:]:
+                raise ValueError(f"dsgraph pipeline {text!r}: '{inv.name}' must run after '{earlier}' "
+                                 f"(it works on what '{earlier}' made); put '{earlier}' first")
 
 
 def _check_mutation_order(passes: tuple[PassInvocation, ...], text: str) -> None:
@@ -221,6 +232,16 @@ def _fill_from_options(pipeline: Pipeline, options: Options) -> Pipeline:
                 args.append((arg, str(getattr(options, key))))
         out.append(PassInvocation(inv.name, tuple(args)))
     return Pipeline(tuple(out))
+
+
+def check_options(options) -> Options:
+    """``dsgraph.validate_options``: the options' values (``pass_api.validate_options``) and
+    the pipeline they make, as the first compile would check them without ``DSGRAPH_*``
+    variables: the pipeline string parses, options that need another option have it, an
+    explicit pipeline does not contradict an option, every pass serves the executor."""
+    opts = validate_options(options)
+    resolve(opts, {})
+    return opts
 
 
 def resolve(options: Options, env: Mapping[str, str]) -> Pipeline:

@@ -106,7 +106,7 @@ def _data_parallel(value: object) -> object:
 
 
 def _bucket_mb(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # NaN too
         raise ValueError(f"dsgraph option 'bucket_mb' must be a number > 0 (MB), got {value!r}")
     return float(value)
 

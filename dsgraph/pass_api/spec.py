@@ -23,6 +23,9 @@ class PassSpec:
     # The step is wrong without it (the all-reduce): when any pass of a pipeline holding it
     # fails, the failure is raised instead of compiling the graph without dsgraph's passes.
     required: bool = False
+    # Passes that must run before it when a pipeline holds both (allreduce reduces the slots
+    # grad_pool made: after it, allreduce would find no slots and reduce nothing).
+    after: tuple[str, ...] = ()
     # Pipeline arguments it accepts: name -> parser of the raw string in "pass{key=value}".
     args: Mapping[str, Callable[[str], object]] = field(default_factory=dict)
     # The executors whose graphs it can rewrite; naming it for another is an error at

@@ -105,6 +105,7 @@ SPEC = PassSpec(
     mutates=True,
     handles_mutation=True,
     required=True,
+    after=("grad_pool",),
     args={"bucket_mb": _bucket_mb, "compress": _compress},
     doc="data-parallel gradient all-reduce, bucketed on the gradient pool and overlapped with the backward",
 )

@@ -22,8 +22,10 @@ what autograd would add to:
   hooks run on it and the result is added to ``.grad`` as autograd would.
 
 ``register_post_accumulate_grad_hook`` hooks fire after that, in slot order. Autograd still
-calls a parameter's hooks for the None the backward returned; the wrapper empties the hook
-dicts until the backward ends so they fire once, with the real gradient.
+calls a parameter's hooks for the None the backward returned; the wrapper mutes them for
+that backward so they fire once, with the real gradient. An exception (in a hook, in the
+graph) leaves ``.grad`` as eager's engine would: gradients handed over stay, the others
+keep what they held before the step, and no hook stays muted.
 """
 
 from __future__ import annotations
@@ -212,6 +214,9 @@ class PooledBackward:
             args.extend(views)
             try:
                 out = compiled(args)
+            except BaseException:
+                self._undo(pending, handed=set())
+                raise
             finally:
                 self.manager._empty.clear()
             self._finish(slots, pending)
@@ -270,53 +275,100 @@ class PooledBackward:
 
     def _finish(self, slots: list[Slot], pending: list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]]) -> None:
         """Hand each step gradient to ``.grad`` as autograd would, in backward production
-        order: its hooks, the accumulation, its post-accumulate hooks."""
+        order: its hooks, the accumulation, its post-accumulate hooks. A hook that raises
+        stops the hand-over as it stops eager's backward: the gradients handed over stay,
+        the others keep what ``.grad`` held before the step (``_undo``), and the exception
+        goes to the user."""
         manager = self.manager
         waiting = {id(s): (p, earlier, ours) for s, p, earlier, ours in pending}
-        with torch.no_grad():
-            for s in slots:
-                p = s.param()
-                if id(s) in waiting:
-                    p, earlier, ours = waiting[id(s)]
-                    view = manager.view(s)
-                    step = view
-                    hooks = compat.tensor_hooks(p)
-                    if hooks:
-                        step = view.clone()  # a hook may keep it
-                        for hook in hooks:
-                            result = hook(step)
-                            if result is not None:
-                                step = result
-                    if earlier is None:
-                        if step is not view:
-                            view.copy_(step)
-                        p.grad = view
-                    elif ours:
-                        view.copy_(earlier.add_(step))  # the pool's gradients, hooks applied
-                    else:
-                        earlier.add_(step)  # a tensor the user put in .grad: it stays there
-                for hook in compat.post_accumulate_hooks(p):
-                    hook(p)
+        handed: set[int] = set()
+        try:
+            with torch.no_grad():
+                for s in slots:
+                    p = s.param()
+                    if id(s) in waiting:
+                        p, earlier, ours = waiting[id(s)]
+                        view = manager.view(s)
+                        step = view
+                        hooks = compat.tensor_hooks(p)
+                        if hooks:
+                            step = view.clone()  # a hook may keep it
+                            for hook in hooks:
+                                result = hook(step)
+                                if result is not None:
+                                    step = result
+                        if earlier is None:
+                            if step is not view:
+                                view.copy_(step)
+                            p.grad = view
+                        elif ours:
+                            view.copy_(earlier + step)  # the pool's gradients, hooks applied
+                        else:
+                            earlier.add_(step)  # a tensor the user put in .grad: it stays there
+                        handed.add(id(s))
+                    for hook in compat.post_accumulate_hooks(p):
+                        hook(p)
+        except BaseException:
+            self._undo(pending, handed)
+            raise
         self._silence_autograd_hooks(slots)
 
+    def _undo(self, pending: list[tuple[Slot, torch.Tensor, torch.Tensor | None, bool]], handed: set[int]) -> None:
+        """After an exception in the graph or in a hook: each gradient not handed over gets
+        back what ``.grad`` held before the step. ``_prepare`` zeroed the slots of parameters
+        with hooks or a gradient of their own so the graph would leave the step's gradient
+        alone in them; for the pool's own ``.grad`` (which views that slot) this puts back
+        the gradients accumulated so far. A ``.grad`` that is None or the user's own tensor
+        was not touched: the slot's contents are scratch, zeroed again by the next step."""
+        with torch.no_grad():
+            for s, p, earlier, ours in pending:
+                if id(s) not in handed and ours and earlier is not None:
+                    self.manager.view(s).copy_(earlier)
     def _silence_autograd_hooks(self, slots: list[Slot]) -> None:
         """The backward returned None for pooled parameters, and autograd still calls their
         hooks, with None (seen on torch 2.13): the hooks ran above with the real gradient,
-        so empty their dicts (which autograd reads when it calls them) until this backward
-        ends, then put them back."""
-        silenced = []
+        so each becomes a ``_Muted`` stand-in that does nothing in this backward. They are
+        put back when it ends, or, when it ends with an exception (the engine then runs no
+        end-of-backward callback), by the stand-in itself the next time any backward calls
+        it: a hook is never lost."""
+        task = compat.graph_task_id()
+        muted = []
         for s in slots:
             for hooks in compat.hook_dicts(s.param()):
-                silenced.append((hooks, dict(hooks)))
-                hooks.clear()
-        if not silenced:
+                for key, fn in list(hooks.items()):
+                    if isinstance(fn, _Muted):
+                        fn = fn.fn
+                    hooks[key] = stand_in = _Muted(fn, hooks, key, task)
+                    muted.append(stand_in)
+        if not muted:
             return
 
         def restore() -> None:
-            for hooks, items in silenced:
-                hooks.update(items)
+            for stand_in in muted:
+                stand_in.restore()
 
         compat.at_backward_end(restore)
+
+
+class _Muted:
+    """A user's hook standing muted in a parameter's hook dict during the backward (autograd
+    graph task) that already ran it with the real gradient. ``restore`` puts the hook back
+    unless the user removed it meanwhile (its handle deletes the key)."""
+
+    __slots__ = ("fn", "hooks", "key", "task")
+
+    def __init__(self, fn: Callable, hooks: dict, key: Any, task: int | None):
+        self.fn, self.hooks, self.key, self.task = fn, hooks, key, task
+
+    def restore(self) -> None:
+        if self.hooks.get(self.key) is self:
+            self.hooks[self.key] = self.fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if compat.graph_task_id() == self.task:
+            return None  # the call for the None this backward returned
+        self.restore()  # a later backward: the one that muted it ended early
+        return self.fn(*args, **kwargs)
 
 
 @dataclass

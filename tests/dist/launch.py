@@ -23,8 +23,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_workers(scenario: str, timeout: float, world_size: int = 2, env: dict | None = None) -> list[dict]:
-    """Run ``worker.py scenario`` on ``world_size`` ranks; returns each rank's JSON result."""
+def run_workers(scenario: str, timeout: float, world_size: int = 2, env: dict | None = None,
+                worker: Path = WORKER) -> list[dict]:
+    """Run ``worker.py scenario`` (or another ``worker`` script taking the same arguments) on
+    ``world_size`` ranks; returns each rank's JSON result."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
@@ -37,7 +39,7 @@ def run_workers(scenario: str, timeout: float, world_size: int = 2, env: dict | 
                     "GROUP_TIMEOUT_S": str(int(timeout))}
             penv = {k: v for k, v in penv.items() if not k.startswith("DSGRAPH_")}
             log = open(Path(tmp) / f"log{rank}.txt", "w+")
-            procs.append((subprocess.Popen([sys.executable, str(WORKER), scenario, str(Path(tmp) / f"out{rank}.json")],
+            procs.append((subprocess.Popen([sys.executable, str(worker), scenario, str(Path(tmp) / f"out{rank}.json")],
                                            env=penv, stdout=log, stderr=subprocess.STDOUT), log))
         timed_out = False
         try:

@@ -1,0 +1,347 @@
+"""The model zoo (issue 16): each model's training step through Inductor and through
+dsgraph's full pipeline, on one GPU.
+
+    python -m benchmarks.model_zoo $OUT/zoo.json                      # H200: every model
+    python -m benchmarks.model_zoo zoo.json --models gpt2_style,mlp   # some of them
+    python -m benchmarks.model_zoo zoo.json --device cpu --models mlp # a smoke run (tiny sizes)
+
+Models (tiny random-initialised configurations built from config objects: nothing is
+downloaded; a model whose library is missing is skipped with the reason in the JSON):
+``gpt2_style`` (dsgraph.models.GPT), ``mlp`` (dsgraph.models.MLP), from transformers a
+decoder LM (``llama``: LlamaForCausalLM, ``gpt2_hf``: GPT2LMHeadModel), an encoder
+(``bert``: BertModel), an encoder-decoder (``t5``: T5ForConditionalGeneration), from
+torchvision a CNN (``resnet18``) and a vision transformer (``vit_b_16`` on 64x64 images).
+Language models compute their loss outside the library's model (``labels=`` breaks
+Dynamo's graph), as ``F.cross_entropy`` on the logits, so chunk_loss can find it.
+The GPU machine's image has transformers and torchvision (device KINDS.md: transformers
+5.17, torchvision 0.26); the CPU machines of CI have transformers but not torchvision.
+
+The full pipeline: ``memory_budget`` at half of the stock step's predicted peak
+(``dsgraph.memory_profile(..., pipeline="")``; raised to the smallest feasible budget when
+half is below it), ``grad_pool=True``, ``lower_triton=True`` (chunk_loss is on with the
+budget). Per model, in this order so each finishes quickly: Inductor compiled and timed,
+the stock prediction (the same graphs: Inductor's FX cache serves them), dsgraph compiled
+and timed; then the parity figure of dsgraph's first step: per gradient and the loss,
+RMSE(dsgraph, fp64) / (2 * RMSE(eager, fp64) + tol), the worst over the tensors (the fp64
+rule of ``dsgraph.testing`` holds when it is <= 1).
+
+Step time: median over ``--repeats`` steps (CUDA events around forward + backward, after
+``--warmup`` steps), gradients set to None before each step. Peak: the allocator's peak
+during one step (``torch.cuda.max_memory_allocated`` after a reset), parameters and inputs
+included. On the CPU, times are wall-clock and peaks are not measured. The JSON is
+rewritten after every model, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dsgraph
+from dsgraph.errors import BudgetError, find_cause
+from dsgraph.testing import _compare, fp32_exact, run_step
+
+
+class LMLoss(nn.Module):
+    """A library LM's logits into cross-entropy, outside the library's forward."""
+
+    def __init__(self, model: nn.Module, encoder_decoder: bool = False):
+        super().__init__()
+        self.model = model
+        self.encoder_decoder = encoder_decoder
+
+    def forward(self, ids, targets, decoder_ids=None):
+        if self.encoder_decoder:
+            logits = self.model(input_ids=ids, decoder_input_ids=decoder_ids).logits
+        else:
+            logits = self.model(input_ids=ids).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+class HiddenLoss(nn.Module):
+    """An encoder's last hidden state into a scalar: its projection on a fixed random
+    direction, squared (the plain mean square of a layer norm's output is constant)."""
+
+    def __init__(self, model: nn.Module, hidden: int):
+        super().__init__()
+        self.model = model
+        self.register_buffer("probe", torch.randn(hidden, generator=torch.Generator().manual_seed(7)))
+
+    def forward(self, ids, mask):
+        h = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+        return (h @ self.probe).square().mean()
+
+
+class ImageLoss(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images, labels):
+        return F.cross_entropy(self.model(images), labels)
+
+
+def _tokens(vocab: int, *shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _gpt2_style(tiny: bool):
+    from dsgraph.models import GPT, GPTConfig, gpt_inputs
+
+    cfg = GPTConfig(vocab=211, seq=16, layers=2, heads=2, dim=32) if tiny else \
+        GPTConfig(vocab=8192, seq=256, layers=4, heads=8, dim=512)
+    return GPT(cfg), gpt_inputs(cfg, 2 if tiny else 8)
+
+
+def _mlp(tiny: bool):
+    from dsgraph.models import MLP
+
+    width, depth, batch = (64, 3, 16) if tiny else (2048, 6, 512)
+    # inputs large enough that the mean square at the end, and so the gradients, are not
+    # vanishingly small after the layers (each shrinks activations at this init)
+    return MLP(width, depth), (8 * torch.randn(batch, width),)
+
+
+def _llama(tiny: bool):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                   attention_dropout=0.0)
+    ids = _tokens(1024, 4, 128)
+    return LMLoss(transformers.LlamaForCausalLM(cfg)), (ids, _tokens(1024, 4, 128, seed=1))
+
+
+def _gpt2_hf(tiny: bool):
+    import transformers
+
+    cfg = transformers.GPT2Config(vocab_size=1024, n_positions=256, n_embd=256, n_layer=2, n_head=4,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return LMLoss(transformers.GPT2LMHeadModel(cfg)), (_tokens(1024, 4, 128), _tokens(1024, 4, 128, seed=1))
+
+
+def _bert(tiny: bool):
+    import transformers
+
+    cfg = transformers.BertConfig(vocab_size=1024, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=512, max_position_embeddings=256, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    ids = _tokens(1024, 4, 128)
+    return HiddenLoss(transformers.BertModel(cfg), 256), (ids, torch.ones_like(ids))
+
+
+def _t5(tiny: bool):
+    import transformers
+
+    cfg = transformers.T5Config(vocab_size=1024, d_model=256, d_kv=32, d_ff=512, num_layers=2, num_decoder_layers=2,
+                                num_heads=4, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+    model = LMLoss(transformers.T5ForConditionalGeneration(cfg), encoder_decoder=True)
+    return model, (_tokens(1024, 4, 64), _tokens(1024, 4, 32, seed=1), _tokens(1024, 4, 32, seed=2))
+
+
+def _resnet18(tiny: bool):
+    import torchvision
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(8, 3, 64, 64, generator=g)
+    return ImageLoss(torchvision.models.resnet18(num_classes=10)), (images, _tokens(10, 8))
+
+
+def _vit_b_16(tiny: bool):
+    import torchvision
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(4, 3, 64, 64, generator=g)
+    return ImageLoss(torchvision.models.vit_b_16(image_size=64, num_classes=10)), (images, _tokens(10, 4))
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    family: str
+    library: str | None  # the package it needs (importorskip), None for dsgraph's own
+    build: Callable[[bool], tuple[nn.Module, tuple]]
+
+
+ZOO = [
+    Entry("gpt2_style", "decoder LM", None, _gpt2_style),
+    Entry("mlp", "MLP", None, _mlp),
+    Entry("llama", "decoder LM", "transformers", _llama),
+    Entry("gpt2_hf", "decoder LM", "transformers", _gpt2_hf),
+    Entry("bert", "encoder", "transformers", _bert),
+    Entry("t5", "encoder-decoder", "transformers", _t5),
+    Entry("resnet18", "CNN", "torchvision", _resnet18),
+    Entry("vit_b_16", "vision transformer", "torchvision", _vit_b_16),
+]
+BY_NAME = {e.name: e for e in ZOO}
+
+
+def build(entry: Entry, device: str, tiny: bool = False, seed: int = 0) -> tuple[nn.Module, tuple]:
+    torch.manual_seed(seed)
+    model, inputs = entry.build(tiny)
+    return model.to(device), tuple(t.to(device) for t in inputs)
+
+
+def stock_peak(model: nn.Module, inputs: tuple) -> int:
+    """The stock step's predicted peak (the graphs Inductor compiles without dsgraph's passes)."""
+    torch._dynamo.reset()
+    return dsgraph.memory_profile(model, *inputs, pipeline="").peak_bytes
+
+
+def full_options(model: nn.Module, inputs: tuple, stock: int | None = None) -> dict[str, Any]:
+    """The full pipeline with a budget at half of the stock peak, or the smallest feasible
+    budget when half is below it (found by compiling up to the planner: BudgetError)."""
+    stock = stock_peak(model, inputs) if stock is None else stock
+    options = {"memory_budget": stock // 2, "grad_pool": True, "lower_triton": True, "fallback": "error"}
+    probe = copy.deepcopy(model)
+    torch._dynamo.reset()
+    try:
+        loss = torch.compile(probe, backend="dsgraph", options=options)(*inputs)
+        loss.backward()
+    except Exception as e:  # noqa: BLE001 - torch wraps the backend's error
+        error = find_cause(e, BudgetError)
+        if error is None:
+            raise
+        options["memory_budget"] = error.smallest_feasible
+    finally:
+        del probe
+        torch._dynamo.reset()
+    return options
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_steps(fn: Callable, model: nn.Module, inputs: tuple, device: str, warmup: int, repeats: int) -> dict:
+    """Median step ms over ``repeats`` (gradients None before each) and the peak bytes of one step."""
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        fn(*inputs).backward()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    peak = None
+    if device.startswith("cuda"):
+        for p in model.parameters():
+            p.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    return {"ms": statistics.median(times), "peak_bytes": peak}
+
+
+def parity(model: nn.Module, compiled: Callable, inputs: tuple, tol: float = 1e-3) -> dict:
+    """The fp64 rule on one step of ``compiled`` (``model``'s compiled form), from the same
+    parameters as an eager copy and a float64 copy: the worst RMSE(g, fp64) / (2 * RMSE(eager,
+    fp64) + tol) over the loss and the gradients, and the tensors failing the rule."""
+    eager = copy.deepcopy(model)
+    exact = copy.deepcopy(model).double()
+    with fp32_exact():
+        ref_loss, ref_grads = run_step(eager, eager, inputs, 0)
+        got_loss, got_grads = run_step(compiled, model, inputs, 0)
+        x64 = tuple(t.double() if t.is_floating_point() else t for t in inputs)
+        exact_loss, exact_grads = run_step(exact, exact, x64, 0)
+    rows = [_compare("loss", got_loss, ref_loss, "fp64", 1e-5, exact_loss, tol)]
+    rows += [_compare(n, got_grads.get(n), ref_grads[n], "fp64", 1e-5, exact_grads.get(n), tol) for n in ref_grads]
+    ratios = [r.rmse / (2 * r.ref_rmse + tol) for r in rows if r.rmse is not None]
+    return {"parity_worst_ratio": max(ratios) if ratios else None,
+            "parity_failed": [r.name for r in rows if not r.ok], "parity_tensors": len(rows)}
+
+
+def run_model(entry: Entry, device: str, tiny: bool, warmup: int, repeats: int) -> dict:
+    start = time.perf_counter()
+    model, inputs = build(entry, device, tiny)
+    out: dict[str, Any] = {"model": entry.name, "family": entry.family,
+                           "parameters": sum(p.numel() for p in model.parameters())}
+    torch._dynamo.reset()
+    inductor = torch.compile(copy.deepcopy(model), backend="inductor")
+    out["inductor"] = time_steps(inductor, inductor._orig_mod, inputs, device, warmup, repeats)
+    del inductor
+    stock = stock_peak(model, inputs)
+    options = full_options(model, inputs, stock)
+    out["stock_predicted_peak_bytes"] = stock
+    out["options"] = options
+    dsgraph.clear_reports()
+    torch._dynamo.reset()
+    mine = copy.deepcopy(model)
+    compiled = torch.compile(mine, backend="dsgraph", options=options)
+    out.update(parity(mine, compiled, inputs))
+    out["pipeline"] = {r.kind: r.pipeline for r in dsgraph.reports()}
+    out["passes_changed"] = sorted({p.name for r in dsgraph.reports() for p in r.passes if p.changed})
+    out["fallbacks"] = [r.fallback for r in dsgraph.reports() if r.fallback]
+    out["dsgraph"] = time_steps(compiled, mine, inputs, device, warmup, repeats)
+    out["speedup_vs_inductor"] = out["inductor"]["ms"] / out["dsgraph"]["ms"]
+    if out["inductor"]["peak_bytes"]:
+        out["peak_ratio_vs_inductor"] = out["dsgraph"]["peak_bytes"] / out["inductor"]["peak_bytes"]
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("json", help="where to write the results (rewritten after every model)")
+    parser.add_argument("--models", default=",".join(BY_NAME), help=f"comma-separated, of {', '.join(BY_NAME)}")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(BY_NAME)}")
+    tiny = not args.device.startswith("cuda")
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name() if not tiny else "cpu",
+                              "torch": torch.__version__, "dsgraph": dsgraph.__version__, "tiny": tiny,
+                              "command": " ".join(sys.argv), "models": []}
+    begun = time.perf_counter()
+    for name in names:
+        entry = BY_NAME[name]
+        try:
+            if entry.library is not None:
+                __import__(entry.library)
+        except ImportError as e:
+            result["models"].append({"model": name, "skipped": f"{entry.library} is not installed ({e})"})
+        else:
+            try:
+                result["models"].append(run_model(entry, args.device, tiny, args.warmup, args.repeats))
+            except Exception as e:  # noqa: BLE001 - one model's failure is recorded, the rest still run
+                result["models"].append({"model": name, "error": f"{type(e).__name__}: {e}"[:2000],
+                                         "traceback": traceback.format_exc()[-4000:]})
+        result["seconds"] = time.perf_counter() - begun
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result["models"][-1])[:400], flush=True)
+    return 0 if all("error" not in m for m in result["models"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
