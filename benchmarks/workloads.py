@@ -103,6 +103,32 @@ def _resnet50(device: str, size: str):
     return model, (images, labels)
 
 
+def _resnet50_b128(device: str, size: str):
+    import torchvision
+
+    batch, res = {"full": (128, 224), "small": (2, 64), "tiny": (2, 32)}[size]
+    torch.manual_seed(0)
+    model = _ClassifierLoss(torchvision.models.resnet50(weights=None)).to(device)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(batch, 3, res, res, generator=g).to(device)
+    labels = torch.randint(0, 1000, (batch,), generator=g).to(device)
+    return model, (images, labels)
+
+
+def _zoo(name: str, per_block: bool = False):
+    """A model of the checkpoint planner's test zoo (tests/zoo.py) at its H200 size
+    ("full") or its CPU size ("small", "tiny"); ``per_block``: its hand-written
+    checkpointing (torch.utils.checkpoint per block, or transformers' own)."""
+
+    def build(device: str, size: str):
+        from tests import zoo
+
+        model, inputs = zoo.build(name, "h200" if size == "full" else "cpu", per_block=per_block)
+        return model.to(device), tuple(x.to(device) for x in inputs)
+
+    return build
+
+
 WORKLOADS: dict[str, Workload] = {
     "gpt2": Workload("gpt2", _gpt, "GPT-2-small style decoder: 12 x 768, SDPA, vocab 50304, batch 16 x 1024"),
     "gpt2_ckpt": Workload("gpt2_ckpt", _gpt_hand_checkpointed,
@@ -112,12 +138,20 @@ WORKLOADS: dict[str, Workload] = {
     "hf_gpt2_gc": Workload("hf_gpt2_gc", _hf_gpt2_checkpointed,
                            "hf_gpt2 with the model's gradient_checkpointing_enable() (non-reentrant)"),
     "resnet50": Workload("resnet50", _resnet50, "torchvision resnet50, batch 64 x 3 x 224 x 224"),
+    "resnet50_b128": Workload("resnet50_b128", _resnet50_b128, "torchvision resnet50, batch 128 x 3 x 224 x 224"),
+    "gpt24": Workload("gpt24", _zoo("gpt24"), "dsgraph's GPT, 24 x 1024, vocab 50304, batch 8 x 1024 (zoo)"),
+    "gpt24_ckpt": Workload("gpt24_ckpt", _zoo("gpt24", per_block=True),
+                           "gpt24 with torch.utils.checkpoint around each block"),
+    "llama": Workload("llama", _zoo("llama"),
+                      "transformers LlamaForCausalLM 16 x 2048 (GQA 16/4, sdpa), batch 4 x 2048 (zoo)"),
+    "llama_gc": Workload("llama_gc", _zoo("llama", per_block=True), "llama with transformers' own gradient checkpointing"),
 }
 
 
 def available(name: str) -> bool:
     """transformers and torchvision workloads run only where those packages are installed."""
-    module = {"hf_gpt2": "transformers", "hf_gpt2_gc": "transformers", "resnet50": "torchvision"}.get(name)
+    module = {"hf_gpt2": "transformers", "hf_gpt2_gc": "transformers", "resnet50": "torchvision",
+              "resnet50_b128": "torchvision", "llama": "transformers", "llama_gc": "transformers"}.get(name)
     if module is None:
         return True
     try:

@@ -1,0 +1,73 @@
+"""The checkpoint planner against each model's hand-written anchor (issue 12), in one run.
+
+    python -m benchmarks.planner_zoo --json $OUT/planner_zoo.json                 # H200
+    python -m benchmarks.planner_zoo --size tiny --device cpu --models gpt24 --json z.json
+
+For each model: the anchor (transformers' own gradient checkpointing for the Llama
+decoder, torch.utils.checkpoint per block for the 24-layer GPT, Inductor's
+activation_memory_budget=0.5 for ResNet-50) is measured first; then dsgraph with
+``memory_budget`` set to the anchor's measured peak (the target: that memory, faster than
+the anchor), and a budget 10% below it (monotone: not larger). Inductor without a budget
+is the reference. Every run is its own process (``benchmarks.measure``: bf16 autocast,
+grads None, median of CUDA-event step times, absolute peak); the JSON is written after
+each run, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from benchmarks import run as bench_run
+
+# model -> (the dsgraph workload, the anchor's workload and config)
+ANCHORS = {
+    "llama": ("llama", "llama_gc", "inductor"),
+    "gpt24": ("gpt24", "gpt24_ckpt", "inductor"),
+    "resnet50": ("resnet50_b128", "resnet50_b128", "inductor:budget=0.5"),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(ANCHORS), help=f"comma-separated, of {sorted(ANCHORS)}")
+    p.add_argument("--size", default="full", choices=["full", "small", "tiny"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--timeout", type=int, default=900)
+    p.add_argument("--below", type=float, default=0.9, help="a second budget, this fraction of the anchor's peak")
+    p.add_argument("--json", required=True)
+    args = p.parse_args(argv)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    ns = argparse.Namespace(regimes="none", size=args.size, steps=args.steps, dtype="bf16", device=device,
+                            parity=False, fresh_cache=False, timeout=args.timeout)
+    out = {"environment": bench_run.environment(sys.argv if argv is None else argv), "records": []}
+
+    def record(model: str, role: str, workload: str, config: str) -> dict:
+        rec = bench_run.run_one(ns, workload, config)[0]
+        rec.update(model=model, role=role)
+        out["records"].append(rec)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        peak = rec.get("peak_allocated_bytes")
+        print(f"{model:10s} {role:14s} {config:40s} step {rec.get('step_ms')} ms  peak "
+              f"{peak / 2**30 if peak else float('nan'):.3f} GiB  first {rec.get('first_step_s')} s"
+              + (f"  ERROR {rec['error'][-300:]}" if "error" in rec else ""), flush=True)
+        return rec
+
+    for model in args.models.split(","):
+        workload, anchor_workload, anchor_config = ANCHORS[model]
+        anchor = record(model, "anchor", anchor_workload, anchor_config)
+        record(model, "inductor", workload, "inductor")
+        target = anchor.get("peak_allocated_bytes") or anchor.get("peak_reserved_bytes")
+        if not target:
+            continue  # on CPU no peak is measured: the anchor's budget is unknown
+        record(model, "dsgraph@anchor", workload, f"dsgraph:memory_budget={target}")
+        record(model, f"dsgraph@{args.below:g}x", workload, f"dsgraph:memory_budget={int(target * args.below)}")
+
+
+if __name__ == "__main__":
+    main()

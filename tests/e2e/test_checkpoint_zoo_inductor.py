@@ -1,0 +1,36 @@
+"""The checkpoint planner's Inductor predictions on the model zoo (tests/zoo.py), CPU sizes:
+stock, a plan halfway and the smallest plan compiled through Inductor (plans read after
+code generation), each prediction within 3% of Inductor's own buffer plans. Its own file so
+that the test runner can run it beside the FX half (tests/e2e/test_checkpoint_zoo.py)."""
+
+import pytest
+
+from dsgraph.recompute import truth
+from dsgraph.recompute.planner import plan_checkpoint
+from tests import zoo
+from tests.e2e.test_checkpoint_zoo import NAMES, _requires, captured, smallest, stock_peak
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", NAMES)
+def test_inductor_predictions_against_inductors_own_plans(name, tmp_path, monkeypatch):
+    """Stock, the smallest plan and a plan halfway, each compiled through Inductor (plans
+    read after code generation, ``compat.inductor_codegen_only``): the predicted peak
+    within 3% of the peak of Inductor's own buffer plans."""
+    _requires(name)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    j = captured(name)
+    low = smallest(j, "inductor").smallest_feasible
+    stock = stock_peak(j, "inductor")
+    model, inputs = zoo.build(name)
+    errors = {}
+    for label, budget in (("stock", 1 << 50), ("halfway", (low + stock) // 2), ("smallest", low)):
+        made = {}
+
+        def choose(gm, joint_inputs, kwargs, budget=budget):
+            made["plan"] = plan_checkpoint(gm, joint_inputs, kwargs, budget, executor="inductor")
+            return made["plan"].forward, made["plan"].backward
+
+        real = truth.compiled_peaks(model, inputs, choose, inductor=True).inductor_peak
+        errors[label] = made["plan"].predicted_peak / real - 1
+    assert all(abs(e) <= 0.03 for e in errors.values()), {k: f"{v:+.2%}" for k, v in errors.items()}
