@@ -133,7 +133,8 @@ def _caused_by(e: BaseException | None, cls: type) -> bool:
 def _run(model, inputs, backend, autocast: torch.dtype | None) -> None:
     compat.reset()
     compiled = torch.compile(model, backend=backend, fullgraph=True)
-    ctx = torch.autocast("cpu", autocast) if autocast is not None else contextlib.nullcontext()
+    device = next((x.device.type for x in inputs if isinstance(x, torch.Tensor)), "cpu")
+    ctx = torch.autocast(device, autocast) if autocast is not None else contextlib.nullcontext()
     with ctx:
         loss = compiled(*inputs)
     loss.backward()
