@@ -191,6 +191,10 @@ def _run(x, weight, bias, targets, cfg: LossConfig, want_x: bool, want_w: bool, 
                 gw.add_(torch.mm(grad.t(), xc))  # per-chunk product in mm_dtype, summed in fp32
         if want_b and bias is not None:
             gb.add_(grad.sum(0, dtype=gb.dtype))
+        # the gradient is the chunk's logits (Triton writes it in place): drop it before the
+        # next chunk's logits are made, or two chunks' logits are alive at once (measured on
+        # the H200: 164 MB against the 98 MB counted)
+        del grad, xc
     loss = (total * scale).to(cfg.loss_dtype)
     if want_w and gw.dtype != weight.dtype:
         gw = gw.to(weight.dtype)
