@@ -79,7 +79,8 @@ class HiddenLoss(nn.Module):
         self.register_buffer("probe", torch.randn(hidden, generator=torch.Generator().manual_seed(7)))
 
     def forward(self, ids, mask):
-        h = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+        # to the probe's dtype: fp32 under autocast, fp64 in the exact reference of the parity rule
+        h = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.to(self.probe.dtype)
         return (h @ self.probe).square().mean()
 
 
