@@ -38,6 +38,7 @@ from .. import compat
 from .inductor_model import EmulatedGraph, OpInfo, Rules, classify, emulate, GETITEM, PLACEHOLDER, VIEW
 from .lifetimes import TensorLifetimes, tensor_values
 from .sweep import live_per_step
+from .workspace import workspace_bytes
 
 FX, INDUCTOR = "fx", "inductor"
 
@@ -77,6 +78,9 @@ class StepModel:
         self.gm = gm
         nodes = list(gm.graph.nodes)
         self.nodes = nodes
+        # what an op allocates for itself while it runs (dsgraph.analysis.workspace: the
+        # chunked loss), live at its own step, as the FX and Inductor plans count it
+        self.workspace = {i: w for i, n in enumerate(nodes) if (w := workspace_bytes(n))}
         index = {n: i for i, n in enumerate(nodes)}
         self.index = index
         n_nodes = len(nodes)
@@ -316,6 +320,13 @@ class StepModel:
         return steps, 1, 1 + len(fw_steps), 1 + len(fw_steps) + len(bw_steps)
 
     def _result(self, executor, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels=None) -> StepPeak:
+        if self.workspace:
+            intervals = list(intervals)
+            for step, (graph, i) in enumerate(steps):
+                if i in self.workspace:
+                    intervals.append((step, step, self.workspace[i]))
+                    if labels is not None:
+                        labels.append(f"{graph}:{self.nodes[i].name}:workspace")
         live = live_per_step(len(steps), intervals)
         live = [x + self.external for x in live]
         peak_step = max(range(len(live)), key=live.__getitem__)
