@@ -124,7 +124,7 @@ def capacity_model(size: str):
 
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Does (backend, batch) train under the cap? Compile, one untimed step, timed steps."""
-    from benchmarks.measure import _step, _sync, _time_steps
+    from benchmarks.measure import _step, _sync, time_steps
     from dsgraph.models import gpt_inputs
 
     device, cap = spec["device"], spec["cap_bytes"]
@@ -151,10 +151,10 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         run = lambda: _step(compiled, model, inputs, "none", autocast, device)  # noqa: E731
         run()
         _sync(device)
-        times = _time_steps(run, spec["steps"] - 1, device)
+        times = time_steps(run, spec["steps"] - 1, device)
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
-        times += _time_steps(run, 1, device)
+        times += time_steps(run, 1, device)
     except Exception as e:  # out of memory, an infeasible budget: this batch does not train
         out["trains"] = False
         out["why"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"

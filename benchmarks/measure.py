@@ -48,7 +48,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _time_steps(fn, steps: int, device: str) -> list[float]:
+def time_steps(fn, steps: int, device: str) -> list[float]:
+    """Milliseconds of each of ``steps`` calls of ``fn``: CUDA events on a GPU, the host clock otherwise."""
     times = []
     for _ in range(steps):
         if device.startswith("cuda"):
@@ -130,10 +131,10 @@ def measure(workload: str, config_text: str, regimes: list[str], device: str, si
         run = lambda: _step(compiled, model, inputs, regime, autocast, device)  # noqa: E731
         run()  # untimed: in regime "zero" this creates the gradients the timed steps keep
         _sync(device)
-        times = _time_steps(run, steps - 1, device)
+        times = time_steps(run, steps - 1, device)
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
-        times += _time_steps(run, 1, device)
+        times += time_steps(run, 1, device)
         record["step_ms"] = round(statistics.median(times), 3)
         record["step_ms_all"] = [round(t, 3) for t in times]
         if device.startswith("cuda"):

@@ -52,6 +52,8 @@ import dsgraph
 from dsgraph.errors import BudgetError, find_cause
 from dsgraph.testing import _compare, fp32_exact, run_step
 
+from benchmarks import measure
+
 
 class LMLoss(nn.Module):
     """A library LM's logits into cross-entropy, outside the library's forward."""
@@ -235,19 +237,7 @@ def time_steps(fn: Callable, model: nn.Module, inputs: tuple, device: str, warmu
 
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(repeats):
-        if device.startswith("cuda"):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
+    times = measure.time_steps(step, repeats, device)
     peak = None
     if device.startswith("cuda"):
         for p in model.parameters():

@@ -8,6 +8,8 @@ the CPU smoke test of the harness itself.
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -91,22 +93,10 @@ class _ClassifierLoss(torch.nn.Module):
         return F.cross_entropy(self.net(images).float(), labels)
 
 
-def _resnet50(device: str, size: str):
+def _resnet50(device: str, size: str, full_batch: int = 64):
     import torchvision
 
-    batch, res = {"full": (64, 224), "small": (2, 64), "tiny": (2, 32)}[size]
-    torch.manual_seed(0)
-    model = _ClassifierLoss(torchvision.models.resnet50(weights=None)).to(device)
-    g = torch.Generator().manual_seed(0)
-    images = torch.randn(batch, 3, res, res, generator=g).to(device)
-    labels = torch.randint(0, 1000, (batch,), generator=g).to(device)
-    return model, (images, labels)
-
-
-def _resnet50_b128(device: str, size: str):
-    import torchvision
-
-    batch, res = {"full": (128, 224), "small": (2, 64), "tiny": (2, 32)}[size]
+    batch, res = {"full": (full_batch, 224), "small": (2, 64), "tiny": (2, 32)}[size]
     torch.manual_seed(0)
     model = _ClassifierLoss(torchvision.models.resnet50(weights=None)).to(device)
     g = torch.Generator().manual_seed(0)
@@ -138,7 +128,7 @@ WORKLOADS: dict[str, Workload] = {
     "hf_gpt2_gc": Workload("hf_gpt2_gc", _hf_gpt2_checkpointed,
                            "hf_gpt2 with the model's gradient_checkpointing_enable() (non-reentrant)"),
     "resnet50": Workload("resnet50", _resnet50, "torchvision resnet50, batch 64 x 3 x 224 x 224"),
-    "resnet50_b128": Workload("resnet50_b128", _resnet50_b128, "torchvision resnet50, batch 128 x 3 x 224 x 224"),
+    "resnet50_b128": Workload("resnet50_b128", functools.partial(_resnet50, full_batch=128), "torchvision resnet50, batch 128 x 3 x 224 x 224"),
     "gpt24": Workload("gpt24", _zoo("gpt24"), "dsgraph's GPT, 24 x 1024, vocab 50304, batch 8 x 1024 (zoo)"),
     "gpt24_ckpt": Workload("gpt24_ckpt", _zoo("gpt24", per_block=True),
                            "gpt24 with torch.utils.checkpoint around each block"),
