@@ -28,14 +28,15 @@ Before/after, for a saved set ``{relu}`` of ``y = relu(x @ w); loss = y.sum()``:
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
 from torch.fx import GraphModule, Node
 
 from .. import compat
-from .inductor_model import EmulatedGraph, OpInfo, Rules, classify, emulate, GETITEM, PLACEHOLDER, VIEW
+from .inductor_model import EmulatedGraph, emulate
+from .inductor_ops import GETITEM, PLACEHOLDER, VIEW, OpInfo, Rules, classify
 from .lifetimes import TensorLifetimes, tensor_values
 from .sweep import live_per_step
 from .workspace import workspace_bytes

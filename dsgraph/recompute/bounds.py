@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torch.fx import Node
 
-from ..analysis.inductor_model import EXTERN
+from ..analysis.inductor_ops import EXTERN
 from ..analysis.lifetimes import storage_key, storage_nbytes, tensor_values
 from ..analysis.step_model import StepModel
 from ..units import format_bytes

@@ -24,10 +24,9 @@ import operator
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import torch
 from torch.fx import GraphModule, Node
 
-from ..analysis.inductor_model import op_name
+from ..analysis.inductor_ops import op_name
 from ..analysis.lifetimes import node_bytes, storage_key
 from ..analysis.ops import is_random
 

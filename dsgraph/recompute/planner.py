@@ -31,7 +31,7 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from ..analysis.cost_model import H200, H200_CALIBRATED, CostModel, DeviceRates
-from ..analysis.inductor_model import EXTERN, REDUCTION
+from ..analysis.inductor_ops import EXTERN, REDUCTION
 from ..analysis.lifetimes import bytes_of, storage_key, storage_nbytes
 from ..analysis.step_model import FX, INDUCTOR, StepModel
 from ..errors import BudgetError

@@ -1,0 +1,293 @@
+"""Inductor's scheduler as far as memory goes, on the emulated kernels of
+``dsgraph.analysis.inductor_model``: vertical and horizontal fusion groups (buffers a
+group writes and reads alone become kernel-local, never allocated) and
+``reorder_for_peak_memory`` over the fused kernels (its lpmf, bfs and dfs orders, the
+least peak kept). Checked against torch 2.11 to 2.13 (``torch/_inductor/scheduler.py``,
+``memory.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .inductor_ops import POINTWISE, REDUCTION, OpInfo
+
+if TYPE_CHECKING:
+    from .inductor_model import EmulatedGraph, InductorRun
+
+_FUSIBLE = (POINTWISE, REDUCTION)
+
+
+MAX_FUSION = 64  # config.max_fusion_size; also the horizontal fusion distance (are_long_distant_nodes)
+
+
+def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
+    """The scheduler's fusion, as far as memory goes. Pointwise and reduction kernels fuse
+    with a producer they read element for element over a compatible loop (the same
+    elements; a reduction's input or output for its epilogue), and with kernels of the same
+    loop that read a buffer they read (horizontal fusion, within ``MAX_FUSION`` kernels),
+    as long as the group stays acyclic (no member depends on another through a kernel
+    outside it: ``will_fusion_create_cycle``) and within ``MAX_FUSION`` kernels. A group
+    runs once everything its members read from outside is ready (``position``). A stored
+    result only its own group reads is kernel-local: never allocated
+    (``remove_kernel_local_buffers``)."""
+    buffers = run.buffers
+    info = g.info
+    kinds = run.kinds
+    n = len(run.kernels)
+    readers: dict[int, list[tuple[int, object]]] = {}
+    for step, loaded in enumerate(reads):
+        for b, key in loaded:
+            readers.setdefault(b, []).append((step, key))
+    deps = [{buffers[b].start for b, _ in reads[k] if buffers[b].start >= 0 and buffers[b].start != k} for k in range(n)]
+    parent = list(range(n))
+    members: dict[int, list[int]] = {k: [k] for k in range(n)}
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def group_acyclic(ra: int, rb: int) -> bool:
+        """Would the merged group depend on itself through another group?"""
+        low = min(min(members[ra]), min(members[rb]))
+        start = {find(d) for r in (ra, rb) for m in members[r] for d in deps[m]} - {ra, rb}
+        seen: set[int] = set()
+        stack = [q for q in start if max(members[q]) > low]
+        while stack:
+            q = stack.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            if len(seen) > 4 * MAX_FUSION:
+                return False  # too far to tell cheaply: do not fuse
+            for d in {find(d) for m in members[q] for d in deps[m]}:
+                if d in (ra, rb):
+                    return False
+                if d != q and d not in seen and max(members[d]) > low:
+                    stack.append(d)
+        return True
+
+    def try_union(a: int, b: int) -> bool:
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            return True
+        merged = members[ra] + members[rb]
+        if len(merged) > MAX_FUSION or not group_acyclic(ra, rb):
+            return False
+        if len(members[ra]) < len(members[rb]):
+            ra, rb = rb, ra
+        parent[rb] = ra
+        members[ra] = merged
+        del members[rb]
+        return True
+
+    def loop_of(k: int) -> int:
+        return info[run.kernels[k]].loop if kinds[k] == REDUCTION else info[run.kernels[k]].numel
+
+    # vertical: a producer with the readers that can take its result element for element
+    for b_index, b in enumerate(buffers):
+        if b.input or b.start < 0 or kinds[b.start] not in _FUSIBLE:
+            continue
+        producer = info[run.kernels[b.start]]
+        for step, key in readers.get(b_index, ()):
+            if (key is None and kinds[step] in _FUSIBLE and step != b.start
+                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])):
+                try_union(b.start, step)
+    # horizontal: kernels of one loop that read a common buffer, not too far apart
+    for b_index, rs in readers.items():
+        fusible = sorted({step for step, _ in rs if kinds[step] in _FUSIBLE})
+        for a, c in zip(fusible, fusible[1:]):
+            if c - a <= MAX_FUSION and loop_of(a) == loop_of(c):
+                try_union(a, c)
+    # kernel-local buffers
+    for b_index, b in enumerate(buffers):
+        if b.input or b.output or b.start < 0 or b.nbytes == 0 or kinds[b.start] not in _FUSIBLE:
+            continue
+        rs = readers.get(b_index)
+        if rs and all(key is None and find(step) == find(b.start) for step, key in rs):
+            b.nbytes = 0
+            b.removed = True
+    # where each group runs: the scheduler's topological sort visits kernels in order and
+    # places a group where it meets its first member, after the groups it needs
+    placed: set[int] = set()
+    order: list[int] = []
+    for k in range(n):
+        root = find(k)
+        if root in placed:
+            continue
+        stack = [(root, False)]
+        visiting: set[int] = set()
+        while stack:
+            r, ready = stack.pop()
+            if r in placed:
+                continue
+            if ready:
+                placed.add(r)
+                order.append(r)
+                continue
+            if r in visiting:
+                continue  # a cycle the fusion checks missed: place it where it is met
+            visiting.add(r)
+            stack.append((r, True))
+            needed = sorted({find(d) for m in members[r] for d in deps[m]} - placed - {r} - visiting, reverse=True)
+            stack.extend((q, False) for q in needed)
+    order = _reorder_for_peak_memory(order, members, find, reads, run, g)
+    for at, root in enumerate(order):
+        for m in members[root]:
+            position[m] = at
+
+
+def _reorder_for_peak_memory(order: list[int], members: dict, find, reads: list[set], run: InductorRun,
+                             g: EmulatedGraph) -> list[int]:
+    """Inductor's ``reorder_for_peak_memory`` on the fused kernels: the scheduler's order,
+    a least-peak-memory-first greedy order, a breadth-first and a depth-first one; the
+    order of least estimated peak wins (the first of equals). The estimate counts every
+    buffer a fused kernel writes (before fusion removes any) and the freeable inputs."""
+    buffers = run.buffers
+    index = {root: k for k, root in enumerate(order)}
+    size = {root: 0 for root in order}
+    writes: dict[int, int] = {}  # buffer -> its group
+    for k, b in enumerate(buffers):
+        if b.input or b.kernel < 0:
+            continue
+        root = find(b.kernel)
+        writes[k] = root
+        size[root] += b.planned_bytes
+    preds: dict[int, set[int]] = {root: set() for root in order}
+    succs: dict[int, set[int]] = {root: set() for root in order}
+    pred_buffers: dict[int, set[int]] = {root: set() for root in order}
+    buffer_succs: dict[int, set[int]] = {}
+    for root in order:
+        for m in members[root]:
+            for b, _ in reads[m]:
+                src = writes.get(b)
+                if src == root:
+                    continue
+                if src is None and not (buffers[b].input and buffers[b].node in g.donated):
+                    continue  # not freeable: no memory to track
+                pred_buffers[root].add(b)
+                buffer_succs.setdefault(b, set()).add(root)
+                if src is not None:
+                    preds[root].add(src)
+                    succs[src].add(root)
+    outputs = {k for k, b in enumerate(buffers) if b.output and k in writes}
+    freeable = {b for b in buffer_succs if writes.get(b) is None}
+    bsize = {k: buffers[k].planned_bytes for k in list(writes) + list(freeable)}
+
+    def estimate(candidate: list[int]) -> int:
+        at = {root: k for k, root in enumerate(candidate)}
+        delta = [0] * (len(candidate) + 1)
+        for b in freeable:
+            delta[0] += bsize[b]
+            delta[max(at[r] for r in buffer_succs[b]) + 1] -= bsize[b]
+        for b, root in writes.items():
+            start = at[root]
+            delta[start] += bsize[b]
+            if b in outputs:
+                continue
+            end = max((at[r] for r in buffer_succs.get(b, ())), default=start)
+            delta[end + 1] -= bsize[b]
+        peak = acc = 0
+        for d in delta[:-1]:
+            acc += d
+            peak = max(peak, acc)
+        return peak
+
+    candidates = [order]
+    for method in (_lpmf, _bfs, _dfs):
+        candidates.append(method(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, outputs,
+                                 freeable, writes))
+    peaks = [estimate(c) for c in candidates]
+    return candidates[peaks.index(min(peaks))]
+
+
+def _lpmf(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, outputs, freeable, writes):
+    """``topological_sort_lpmf``: among the kernels ready to run, one whose outputs fit
+    under the peak so far, freeing the most; else the smallest."""
+    indegree = {r: len(preds[r]) for r in order}
+    outdegree = {b: len(buffer_succs.get(b, ())) + (1 if b in outputs else 0) for b in bsize}
+    to_free = {r: 0 for r in order}
+    for r in order:
+        for b in pred_buffers[r]:
+            if outdegree.get(b) == 1:
+                to_free[r] += bsize[b]
+    for b, root in writes.items():
+        if outdegree.get(b, 0) == 0:
+            to_free[root] += bsize[b]
+    live = sum(bsize[b] for b in freeable)
+    out_memory = sum(bsize[b] for b in outputs)
+    peak = max(live, out_memory)
+    gap = peak - live
+    ready = {r for r in order if indegree[r] == 0}
+    schedule = []
+    while ready:
+        pick = min(ready, key=lambda r: (size[r] if size[r] > gap else 0, size[r] - to_free[r], index[r]))
+        ready.remove(pick)
+        schedule.append(pick)
+        live += size[pick]
+        peak = max(peak, live)
+        live -= to_free[pick]
+        gap = peak - live
+        for s in succs[pick]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.add(s)
+        for b in pred_buffers[pick]:
+            outdegree[b] -= 1
+            if outdegree[b] == 1:
+                for s in buffer_succs.get(b, ()):
+                    to_free[s] += bsize[b]
+    return schedule if len(schedule) == len(order) else order
+
+
+def _bfs(order, index, size, preds, succs, *_):
+    """``topological_sort_bfs``: the ready kernel whose inputs were made earliest."""
+    import heapq
+
+    indegree = {r: len(preds[r]) for r in order}
+    done: dict[int, int] = {}
+    heap = [([], index[r], r) for r in order if indegree[r] == 0]
+    heapq.heapify(heap)
+    schedule = []
+    while heap:
+        _, _, pick = heapq.heappop(heap)
+        done[pick] = len(schedule)
+        schedule.append(pick)
+        for s in succs[pick]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(heap, (sorted({done[p] for p in preds[s]}), index[s], s))
+    return schedule if len(schedule) == len(order) else order
+
+
+def _dfs(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, *_):
+    """``topological_sort_dfs``: kernels visited by the bytes they touch, each after what it needs."""
+    weight = {r: size[r] + sum(bsize[b] for b in pred_buffers[r]) for r in order}
+    seen: set[int] = set()
+    schedule = []
+    for start in sorted(order, key=lambda r: (weight[r], index[r])):
+        stack = [(start, False)]
+        while stack:
+            r, ready = stack.pop()
+            if ready:
+                schedule.append(r)
+                continue
+            if r in seen:
+                continue
+            seen.add(r)
+            stack.append((r, True))
+            for p in sorted(preds[r], key=lambda q: (weight[q], index[q]), reverse=True):
+                if p not in seen:
+                    stack.append((p, False))
+    return schedule if len(schedule) == len(order) else order
+
+
+def _compatible(producer: OpInfo, reader: OpInfo, producer_kind: int, reader_kind: int) -> bool:
+    p_loop = producer.loop if producer_kind == REDUCTION else producer.numel
+    r_loop = reader.loop if reader_kind == REDUCTION else reader.numel
+    if p_loop == r_loop:
+        return True
+    # a reduction's result read by a pointwise epilogue over the reduction's input or output
+    return producer_kind == REDUCTION and reader_kind == POINTWISE and r_loop in (producer.loop, producer.numel)
