@@ -28,7 +28,8 @@ rule of ``dsgraph.testing`` holds when it is <= 1).
 Step time: median over ``--repeats`` steps (CUDA events around forward + backward, after
 ``--warmup`` steps), gradients set to None before each step. Peak: the allocator's peak
 during one step (``torch.cuda.max_memory_allocated`` after a reset), parameters and inputs
-included. On the CPU, times are wall-clock and peaks are not measured. The JSON is
+included, with what was allocated before the step and the step's blocks live at its peak
+grouped by the Python frames that allocated them (``benchmarks.alloc_replay``). On the CPU, times are wall-clock and peaks are not measured. The JSON is
 rewritten after every model, so a run cut short keeps what it measured.
 """
 
@@ -52,7 +53,7 @@ import dsgraph
 from dsgraph.errors import BudgetError, find_cause
 from dsgraph.testing import _compare, fp32_exact, run_step
 
-from benchmarks import measure
+from benchmarks import alloc_replay, measure
 
 
 class LMLoss(nn.Module):
@@ -196,10 +197,31 @@ def build(entry: Entry, device: str, tiny: bool = False, seed: int = 0) -> tuple
     return model.to(device), tuple(t.to(device) for t in inputs)
 
 
+# a budget no plan reaches: the checkpoint pass then keeps the stock plan and reports its peak
+_UNBOUNDED = 2**62
+
+
 def stock_peak(model: nn.Module, inputs: tuple) -> int:
-    """The stock step's predicted peak (the graphs Inductor compiles without dsgraph's passes)."""
+    """The stock step's predicted peak (the graphs Inductor compiles without dsgraph's passes).
+    A model with graph breaks (T5 under some transformers versions) has no one step peak:
+    then the largest of its pieces' stock peaks, as the checkpoint pass reports them (each
+    piece is planned against the whole ``memory_budget``, README "Known limits")."""
     torch._dynamo.reset()
-    return dsgraph.memory_profile(model, *inputs, pipeline="").peak_bytes
+    try:
+        return dsgraph.memory_profile(model, *inputs, pipeline="").peak_bytes
+    except ValueError as e:
+        if "graph break" not in str(e):
+            raise
+    probe = copy.deepcopy(model)
+    dsgraph.clear_reports()
+    torch._dynamo.reset()
+    try:
+        loss = torch.compile(probe, backend="dsgraph", options={"memory_budget": _UNBOUNDED})(*inputs)
+        loss.backward()
+    finally:
+        del probe
+        torch._dynamo.reset()
+    return max(r.memory["checkpoint_stock_peak"] for r in dsgraph.reports() if r.kind == "joint")
 
 
 def full_options(model: nn.Module, inputs: tuple, stock: int | None = None) -> dict[str, Any]:
@@ -207,20 +229,22 @@ def full_options(model: nn.Module, inputs: tuple, stock: int | None = None) -> d
     budget when half is below it (found by compiling up to the planner: BudgetError)."""
     stock = stock_peak(model, inputs) if stock is None else stock
     options = {"memory_budget": stock // 2, "grad_pool": True, "lower_triton": True, "fallback": "error"}
-    probe = copy.deepcopy(model)
-    torch._dynamo.reset()
-    try:
-        loss = torch.compile(probe, backend="dsgraph", options=options)(*inputs)
-        loss.backward()
-    except Exception as e:  # noqa: BLE001 - torch wraps the backend's error
-        error = find_cause(e, BudgetError)
-        if error is None:
-            raise
-        options["memory_budget"] = error.smallest_feasible
-    finally:
-        del probe
+    for _ in range(4):  # with graph breaks, each piece may raise the budget once
+        probe = copy.deepcopy(model)
         torch._dynamo.reset()
-    return options
+        try:
+            loss = torch.compile(probe, backend="dsgraph", options=options)(*inputs)
+            loss.backward()
+            return options
+        except Exception as e:  # noqa: BLE001 - torch wraps the backend's error
+            error = find_cause(e, BudgetError)
+            if error is None:
+                raise
+            options["memory_budget"] = error.smallest_feasible
+        finally:
+            del probe
+            torch._dynamo.reset()
+    raise RuntimeError(f"no budget found that every piece of the model meets: {options}")
 
 
 def _sync(device: str) -> None:
@@ -238,16 +262,33 @@ def time_steps(fn: Callable, model: nn.Module, inputs: tuple, device: str, warmu
     for _ in range(warmup):
         step()
     times = measure.time_steps(step, repeats, device)
-    peak = None
+    out: dict[str, Any] = {"ms": statistics.median(times), "peak_bytes": None}
     if device.startswith("cuda"):
-        for p in model.parameters():
-            p.grad = None
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+        out.update(_peak_of_one_step(step, model))
+    return out
+
+
+def _peak_of_one_step(step: Callable, model: nn.Module, top: int = 6) -> dict[str, Any]:
+    """The allocator's peak over one step, what was allocated before it (parameters, inputs,
+    other models of this process), and the step's own blocks live at its peak grouped by the
+    Python frames that allocated them (from the allocator's history): what makes a peak
+    differ from its plan."""
+    for p in model.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.memory._record_memory_history(max_entries=200000)
+    try:
         step()
         torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated()
-    return {"ms": statistics.median(times), "peak_bytes": peak}
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    peak = torch.cuda.max_memory_allocated()
+    replayed, blocks = alloc_replay.replay(snapshot["device_traces"][0], before)
+    return {"peak_bytes": peak, "allocated_before_bytes": before, "replayed_peak_bytes": replayed,
+            "at_peak": [[size, where] for size, where in alloc_replay.group(blocks)[:top]]}
 
 
 def parity(model: nn.Module, compiled: Callable, inputs: tuple, tol: float = 1e-3) -> dict:
@@ -289,6 +330,7 @@ def run_model(entry: Entry, device: str, tiny: bool, warmup: int, repeats: int) 
     out["pipeline"] = {r.kind: r.pipeline for r in dsgraph.reports()}
     out["passes_changed"] = sorted({p.name for r in dsgraph.reports() for p in r.passes if p.changed})
     out["fallbacks"] = [r.fallback for r in dsgraph.reports() if r.fallback]
+    out["plans"] = {r.kind: {k: v for k, v in r.memory.items() if "peak" in k} for r in dsgraph.reports()}
     out["dsgraph"] = time_steps(compiled, mine, inputs, device, warmup, repeats)
     out["speedup_vs_inductor"] = out["inductor"]["ms"] / out["dsgraph"]["ms"]
     if out["inductor"]["peak_bytes"]:

@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+import dsgraph
 
 from benchmarks import model_zoo
 
@@ -34,3 +37,31 @@ def test_script_smoke_run_on_cpu(tmp_path):
     assert mlp["inductor"]["ms"] > 0 and mlp["dsgraph"]["ms"] > 0 and not mlp["fallbacks"]
     assert "grad_pool" in mlp["pipeline"]["backward"] and "checkpoint" in mlp["pipeline"]["joint"]
     assert mlp["options"]["memory_budget"] > 0 and mlp["options"]["lower_triton"] is True
+
+
+class _Broken(torch.nn.Module):
+    """Two linear layers with a graph break between them: two compiled pieces."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(128, 128), torch.nn.Linear(128, 128)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        torch._dynamo.graph_break()
+        return torch.relu(self.b(y)).sum()
+
+
+@pytest.mark.e2e
+def test_stock_peak_of_a_model_with_a_graph_break_is_its_largest_piece():
+    """memory_profile refuses a graph break; the zoo then budgets by the largest piece's stock
+    peak, each piece planned against the whole budget, and the budget it settles on compiles."""
+    torch.manual_seed(0)
+    model, inputs = _Broken(), (torch.randn(256, 128),)
+    with pytest.raises(ValueError, match="graph break"):
+        dsgraph.memory_profile(model, *inputs, pipeline="")
+    stock = model_zoo.stock_peak(model, inputs)
+    pieces = [r.memory["checkpoint_stock_peak"] for r in dsgraph.reports() if r.kind == "joint"]
+    assert len(pieces) == 2 and stock == max(pieces)
+    options = model_zoo.full_options(model, inputs, stock)  # returns once every piece compiled under it
+    assert options["memory_budget"] >= stock // 2 and options["grad_pool"] and options["lower_triton"]
