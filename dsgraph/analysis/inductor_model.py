@@ -185,6 +185,14 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     output_set = set(g.outputs)
     absorbed, addmms = _addmm_patterns(g, rules)
 
+    def epilogue(i: int, b: int) -> None:
+        """A reduction's result that Inductor's lowering computes pointwise from the
+        reduction's buffer (mean = sum / n): an expression its users inline, with the op
+        count Inductor's counter gives it (the load and ``own_ops``)."""
+        nontrivial = int(info[buffers[b].node].nontrivial)
+        state[i] = ("expr", _Expr(frozenset({(b, None)}), frozenset({i}), info[i].own_ops + 1, False, nontrivial))
+        after_lowering(i)
+
     def after_lowering(i: int) -> None:
         """``GraphLowering.run_node``'s store-or-recompute rules for node i's result."""
         r = resolve(i)
@@ -213,6 +221,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             if st[0] == "multi":
                 b = st[1].get(g.getitem_index.get(i, 0))
                 state[i] = ("buf", b) if b is not None else ("none",)
+                if b is not None and op.own_ops:  # var_mean's variance: an expression over m2
+                    epilogue(i, b)
             elif args:
                 state[i] = ("vexpr", args[0]) if resolve(args[0])[0] == "expr" else _view_state(resolve(args[0]), i)
             continue
@@ -247,6 +257,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
             else:
                 state[i] = ("buf", new_buffer(i, op.bytes, step))
+                if op.own_ops:  # mean: the sum's buffer divided by the count
+                    epilogue(i, state[i][1])
             continue
         # extern and fallback kernels: their inputs are stored first, their outputs are buffers
         for j in args:

@@ -30,6 +30,14 @@ _TEMPLATES = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_int_mm", "_scaled_mm"
               "_convolution", "convolution_backward", "_scaled_dot_product_flash_attention",
               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
               "_scaled_dot_product_flash_attention_for_cpu", "_flex_attention", "flex_attention"}
+# reductions whose result is a pointwise expression over their buffer (Inductor's
+# lowering divides the sum by the count: a load, a constant, a division, so two ops beyond
+# the load, ``inner_fn_opcount``); (op, getitem index) for multi-output ones
+_EPILOGUE = {("mean", None): 2, ("var", None): 2, ("var_mean", 0): 2}
+# ops whose integer arguments are dimensions, not constants of the expression
+_INDEX_ARGS = {"gather"}
+# ops that compute in their inputs' promoted dtype and return bool or select: no cast counted
+_NO_PROMOTION = {"eq", "ne", "lt", "le", "gt", "ge", "where", "convert_element_type", "_to_copy", "clone"}
 _HEAVY = {"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"}
 _MUTATING = {"copy_"}
 # element-moving ops: an output read through one of them is not read at its own index
@@ -111,7 +119,10 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     if node.op != "call_function":
         return OpInfo(NONE)
     if node.target is operator.getitem:
-        return OpInfo(GETITEM, 0, nbytes=nbytes, nontrivial=nontrivial)
+        # var_mean's variance is an expression over its Welford buffer (m2 / (n - correction):
+        # a load, a constant, a division), not the buffer itself
+        own = _EPILOGUE.get((op_name(node.args[0]), node.args[1]), 0) if _is_call(node.args[0]) else 0
+        return OpInfo(GETITEM, own, nbytes=nbytes, nontrivial=nontrivial)
     target = node.target
     if not compat.is_op(target):
         return OpInfo(EXTERN, nbytes=nbytes, multi=multi)
@@ -130,7 +141,8 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
         numel_out = max((_numel(t) for _, t in vals), default=1)
         rnumel = numel_in // max(numel_out, 1)
         if not (rnumel <= 1 or (rnumel < rules.unroll and numel_out != 1)):
-            return OpInfo(REDUCTION, nbytes=nbytes, nontrivial=nontrivial, multi=multi)
+            return OpInfo(REDUCTION, _EPILOGUE.get((name, None), 0), nbytes=nbytes, nontrivial=nontrivial,
+                          multi=multi)
         # a reduction over a few elements is unrolled into a pointwise expression
     if name in _SCATTERS:
         return OpInfo(SCATTER, nbytes=nbytes, nontrivial=nontrivial)
@@ -140,7 +152,11 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
             return OpInfo(CAT, nbytes=nbytes, nontrivial=nontrivial)
     scalars = sum(1 for a in list(node.args) + list(node.kwargs.values())
                   if isinstance(a, (int, float)) and not isinstance(a, bool))
-    return OpInfo(POINTWISE, 1 + min(scalars, 2), heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
+    # a node that reads no tensor (full, scalar_tensor, iota) is one op to Inductor's
+    # counter: a constant or an index expression
+    own = 1 if not node.all_input_nodes else 1 + min(0 if name in _INDEX_ARGS else scalars, 2)
+    own += _promotions(node, name)
+    return OpInfo(POINTWISE, own, heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
                   moves=name in MOVES, multi=multi)
 
 
@@ -149,3 +165,19 @@ def _numel(t: torch.Tensor) -> int:
     for s in t.shape:
         n *= compat.size_hint(s)
     return n
+
+
+def _is_call(a) -> bool:
+    return isinstance(a, Node) and a.op == "call_function"
+
+
+def _promotions(node: Node, name: str) -> int:
+    """Casts Inductor's type promotion adds to a pointwise op's expression: one ``to_dtype``
+    for each tensor input whose dtype is not the dtype the op computes (its output's)."""
+    if name in _NO_PROMOTION:
+        return 0
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor):
+        return 0
+    return sum(1 for a in node.all_input_nodes
+               if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dtype != out.dtype)
