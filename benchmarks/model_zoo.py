@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import statistics
 import sys
@@ -220,7 +221,7 @@ def stock_peak(model: nn.Module, inputs: tuple) -> int:
         loss.backward()
     finally:
         del probe
-        torch._dynamo.reset()
+        _collect()
     return max(r.memory["checkpoint_stock_peak"] for r in dsgraph.reports() if r.kind == "joint")
 
 
@@ -243,7 +244,7 @@ def full_options(model: nn.Module, inputs: tuple, stock: int | None = None) -> d
             options["memory_budget"] = error.smallest_feasible
         finally:
             del probe
-            torch._dynamo.reset()
+            _collect()
     raise RuntimeError(f"no budget found that every piece of the model meets: {options}")
 
 
@@ -264,31 +265,78 @@ def time_steps(fn: Callable, model: nn.Module, inputs: tuple, device: str, warmu
     times = measure.time_steps(step, repeats, device)
     out: dict[str, Any] = {"ms": statistics.median(times), "peak_bytes": None}
     if device.startswith("cuda"):
-        out.update(_peak_of_one_step(step, model))
+        out.update(_peak_of_one_step(step, model, inputs))
     return out
 
 
-def _peak_of_one_step(step: Callable, model: nn.Module, top: int = 6) -> dict[str, Any]:
-    """The allocator's peak over one step, what was allocated before it (parameters, inputs,
-    other models of this process), and the step's own blocks live at its peak grouped by the
-    Python frames that allocated them (from the allocator's history): what makes a peak
-    differ from its plan."""
+MAX_HISTORY = 4_000_000  # allocator events kept (a ring): far more than one zoo run makes
+
+
+def _collect() -> None:
+    """Drop what earlier compiles left: Dynamo's caches hold compiled models until a reset,
+    and compiled models sit in reference cycles that only the cycle collector frees (their
+    parameters and gradient-pool slots would otherwise stay allocated into later models)."""
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def resident_bytes(model: nn.Module, inputs: tuple) -> int:
+    """Bytes the step itself starts from: the model's parameters and buffers, the inputs,
+    and its gradient pool (kept across steps), each storage once."""
+    storages = {}
+    tensors = list(model.parameters()) + list(model.buffers()) + [t for t in inputs if isinstance(t, torch.Tensor)]
+    for t in tensors:
+        st = t.untyped_storage()
+        storages[st.data_ptr()] = st.nbytes()
+    pool = dsgraph.grad_pool(model)
+    slots = 0
+    if pool is not None:  # this model's slots (a process's pool also holds other live models')
+        slots = sum(numel * pool.buffers[key].element_size() for key, _, numel in pool.slots.values())
+    return sum(storages.values()) + slots
+
+
+def _peak_of_one_step(step: Callable, model: nn.Module, inputs: tuple, top: int = 6) -> dict[str, Any]:
+    """The allocator's peak over one step, what was allocated before it, and the step's own
+    blocks live at its peak grouped by the Python frames that allocated them (from the
+    allocator's history): what makes a peak differ from its plan.
+
+    ``peak_bytes`` is the step's peak over what it starts from (``resident_bytes``: the
+    model, its inputs, its gradient pool): the step as it would peak alone in a process.
+    The allocator's own figure, which also counts whatever else this process holds (the
+    benchmark's other copies of the model, earlier models' leftovers), is
+    ``process_peak_bytes``; ``other_before_bytes`` is that difference, and ``before_frames``
+    who allocated it (where the allocator's history saw the allocation)."""
     for p in model.parameters():
         p.grad = None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    torch.cuda.memory._record_memory_history(max_entries=200000)
-    try:
-        step()
-        torch.cuda.synchronize()
-        snapshot = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
+    resident = resident_bytes(model, inputs)
+    first = torch.cuda.memory._snapshot()
+    held = _live_blocks_by_frame(first, top)
+    seen = len(first["device_traces"][0]) if first.get("device_traces") else 0
+    step()
+    torch.cuda.synchronize()
+    snapshot = torch.cuda.memory._snapshot()
     peak = torch.cuda.max_memory_allocated()
-    replayed, blocks = alloc_replay.replay(snapshot["device_traces"][0], before)
-    return {"peak_bytes": peak, "allocated_before_bytes": before, "replayed_peak_bytes": replayed,
+    replayed, blocks = alloc_replay.replay(snapshot["device_traces"][0][seen:], before)
+    return {"peak_bytes": peak - before + resident, "process_peak_bytes": peak, "allocated_before_bytes": before,
+            "resident_bytes": resident, "other_before_bytes": before - resident, "before_frames": held,
+            "replayed_peak_bytes": replayed,
             "at_peak": [[size, where] for size, where in alloc_replay.group(blocks)[:top]]}
+
+
+def _live_blocks_by_frame(snapshot: dict, top: int) -> list:
+    """Allocated blocks of a snapshot grouped by allocating frames (frames exist for blocks
+    allocated while the history was recorded: ``main`` records from the start)."""
+    blocks = {}
+    for seg in snapshot.get("segments", []):
+        for k, b in enumerate(seg.get("blocks", [])):
+            if b.get("state") == "active_allocated":
+                blocks[(seg.get("address", 0), k)] = b
+    return [[size, where] for size, where in alloc_replay.group(blocks)[:top]]
 
 
 def parity(model: nn.Module, compiled: Callable, inputs: tuple, tol: float = 1e-3) -> dict:
@@ -318,6 +366,7 @@ def run_model(entry: Entry, device: str, tiny: bool, warmup: int, repeats: int) 
     inductor = torch.compile(copy.deepcopy(model), backend="inductor")
     out["inductor"] = time_steps(inductor, inductor._orig_mod, inputs, device, warmup, repeats)
     del inductor
+    _collect()
     stock = stock_peak(model, inputs)
     options = full_options(model, inputs, stock)
     out["stock_predicted_peak_bytes"] = stock
@@ -356,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
                               "torch": torch.__version__, "dsgraph": dsgraph.__version__, "tiny": tiny,
                               "command": " ".join(sys.argv), "models": []}
     begun = time.perf_counter()
+    if args.device.startswith("cuda"):
+        # the allocator's history from the start, so that what a step finds allocated
+        # before it can be traced to the frames that allocated it
+        torch.cuda.memory._record_memory_history(max_entries=MAX_HISTORY)
     for name in names:
         entry = BY_NAME[name]
         try:
@@ -369,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # noqa: BLE001 - one model's failure is recorded, the rest still run
                 result["models"].append({"model": name, "error": f"{type(e).__name__}: {e}"[:2000],
                                          "traceback": traceback.format_exc()[-4000:]})
+        _collect()  # nothing of this model stays allocated into the next
         result["seconds"] = time.perf_counter() - begun
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
