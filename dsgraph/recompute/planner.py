@@ -30,7 +30,7 @@ from typing import Sequence
 from torch.fx import GraphModule, Node
 
 from .. import compat
-from ..analysis.cost_model import H200, H200_CALIBRATED, CostModel, DeviceRates
+from ..analysis.cost_model import CostModel, DeviceRates, recompute_rates
 from ..analysis.inductor_ops import EXTERN, REDUCTION
 from ..analysis.lifetimes import bytes_of, storage_key, storage_nbytes
 from ..analysis.step_model import FX, INDUCTOR, StepModel
@@ -160,14 +160,15 @@ def _held(joint: JointGraph, model: StepModel) -> set[Node]:
 def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
-    rates: DeviceRates | None = None,
+    rates: DeviceRates | None = None, lowered: bool = False,
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
     Inductor's plan of the first overran it). ``executor``: ``"inductor"`` or ``"fx"``,
     what will run the graphs (the peaks are predicted for it). ``rates``: what
     recomputation is priced with (default: the H200's, with generated kernels at the
-    bandwidth measured there for graphs on a GPU)."""
+    bandwidth measured there for graphs on a GPU; ``lowered``: the recomputed chains will
+    run as dsgraph's lowered kernels, priced at their measured bandwidth)."""
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
     start = time.perf_counter()
@@ -182,7 +183,7 @@ def plan_checkpoint(
     stock_ids = [model.index[by_name[name]] for name in stock_names if name in by_name]
     stock_peak = model.evaluate(stock_ids, executor, sink=False).peak
     if rates is None:
-        rates = H200_CALIBRATED if model.device_type == "cuda" else H200
+        rates = recompute_rates(model.device_type, lowered)
     costs = CostModel(gm, rates)
     held = _held(joint, model)
     fused = executor == INDUCTOR
