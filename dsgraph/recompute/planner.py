@@ -174,7 +174,8 @@ def plan_checkpoint(
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
     with _gc_paused():
-        return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates)
+        return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates,
+                     lowered)
 
 
 @contextlib.contextmanager
@@ -193,7 +194,8 @@ def _gc_paused():
 
 
 def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
-          resolution: int | None, margin: int, executor: str, rates: DeviceRates | None) -> CheckpointPlan:
+          resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
+          lowered: bool) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
