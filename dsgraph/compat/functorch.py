@@ -85,25 +85,8 @@ def min_cut_saved_names(gm: torch.fx.GraphModule, joint_inputs: Sequence[object]
     """Names of the values Inductor's min-cut partitioner would save, without building its
     forward and backward modules (most of its time on a large graph): the partitioner runs
     on a copy and stops when it hands its choice to ``_extract_fwd_bwd_modules``. Values the
-    backward turns out not to read are dropped by the extraction; callers drop them too.
-    Checked on torch 2.13 (``torch._functorch.partitioners``)."""
-    from torch._functorch import partitioners as P
-
-    original = P._extract_fwd_bwd_modules
-
-    def stop(joint_module, saved_values, saved_sym_nodes=(), *args, **kw):
-        raise _MinCutChoice([n.name for n in list(saved_values) + list(saved_sym_nodes or [])])
-
-    P._extract_fwd_bwd_modules = stop
-    try:
-        from .fx import copy_graph_module
-
-        default_partition(copy_graph_module(gm), joint_inputs, **kwargs)
-    except _MinCutChoice as choice:
-        return choice.names
-    finally:
-        P._extract_fwd_bwd_modules = original
-    raise RuntimeError("the min-cut partitioner returned without choosing what to save")
+    backward turns out not to read are dropped by the extraction; callers drop them too."""
+    return min_cut_partition_if(gm, joint_inputs, lambda names: False, **kwargs)[0]
 
 
 def min_cut_partition_if(gm: torch.fx.GraphModule, joint_inputs: Sequence[object], keep: Callable[[list[str]], bool],
