@@ -406,23 +406,20 @@ class StepModel:
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
                              frozenset(donated), pointwise)
 
-    def _pointwise_use(self, u: int, members: set[int], depth: int = 0, memo: dict | None = None) -> bool:
+    def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
         ``memo``: answers already found for these ``members``, by (node, depth)."""
-        if memo is not None:
-            key = (u, depth)
-            found = memo.get(key)
-            if found is None:
-                found = memo[key] = self._pointwise_use_uncached(u, members, depth, memo)
-            return found
-        return self._pointwise_use_uncached(u, members, depth, None)
-
-    def _pointwise_use_uncached(self, u: int, members: set[int], depth: int, memo: dict | None) -> bool:
-        if depth > 8 or not self.is_call[u]:
-            return False
-        if self.info[u].kind in (VIEW, GETITEM):
-            return all(self._pointwise_use(w, members, depth + 1, memo) for w in self.users[u] if w in members)
-        return self.pointwise_target[u]
+        key = (u, depth)
+        found = memo.get(key)
+        if found is None:
+            if depth > 8 or not self.is_call[u]:
+                found = False
+            elif self.info[u].kind in (VIEW, GETITEM):
+                found = all(self._pointwise_use(w, members, depth + 1, memo) for w in self.users[u] if w in members)
+            else:
+                found = self.pointwise_target[u]
+            memo[key] = found
+        return found
 
     def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None) -> StepPeak:
         saved_out = [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
