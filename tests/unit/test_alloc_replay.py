@@ -1,6 +1,6 @@
 """benchmarks.alloc_replay's replay of allocator events (the CUDA part needs a GPU)."""
 
-from benchmarks.alloc_replay import group, replay
+from benchmarks.alloc_replay import group, native, replay
 
 
 def _alloc(addr, size, fn="f"):
@@ -21,3 +21,19 @@ def test_replay_finds_the_peak_and_what_is_live_there():
     peak, live = replay(events, base=10)
     assert peak == 190 and sorted(live) == [1, 2, 3]
     assert group(live) == [(100, "graph.py:1:a"), (50, "graph.py:1:b"), (30, "graph.py:1:c")]
+
+
+def test_replay_from_a_start_event_counts_earlier_blocks_as_live():
+    """A history recorded from the process's start: the peak of the last step only, with the
+    blocks allocated before that step (a library workspace) live at it."""
+    events = [_alloc(1, 500, "early"), {"action": "free_completed", "addr": 1, "size": 500},
+              _alloc(2, 40, "workspace"), _alloc(3, 100, "step"), {"action": "free_completed", "addr": 3, "size": 100}]
+    peak, live = replay(events, base=10, start=2)
+    assert peak == 150 and sorted(live) == [2, 3]
+
+
+def test_native_frames_skip_the_allocator_and_dispatch():
+    event = {"frames": [{"filename": "CUDACachingAllocator.cpp", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"},
+                        {"filename": "Blas.cpp", "line": 0, "name": "at::cuda::getCUDABlasLtWorkspace()"},
+                        {"filename": "/x/graph.py", "line": 3, "name": "call"}]}
+    assert native(event) == "at::cuda::getCUDABlasLtWorkspace()"
