@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import linecache
 import os
 from typing import Callable, Iterable
@@ -45,6 +46,40 @@ def replay(events: Iterable[dict], base: int = 0, start: int = 0) -> tuple[int, 
     return max(peak, base), at_peak
 
 
+_GENERATED = re.compile(r"^c[a-z0-9]{51}\.py$")  # Inductor's output code: c<hash>.py
+
+
+def graph_frame(event: dict) -> str | None:
+    """The outermost frame in Inductor's generated code ("file:line"): which compiled graph,
+    and which line of it (a buffer's allocation, an extern kernel's call), was running."""
+    found = None
+    for f in event.get("frames", []):
+        if _GENERATED.match(os.path.basename(f["filename"])):
+            found = f
+    return f"{os.path.basename(found['filename'])}:{found['line']}" if found else None
+
+
+def phase_peaks(events: list[dict], base: int, start: int) -> dict[str, tuple[int, dict[int, dict]]]:
+    """Per compiled graph that ran from event ``start`` on (named by its generated file, in
+    the order they first ran: a forward, then its backward), the peak while that graph was
+    the last to allocate, and the blocks live there."""
+    live: dict[int, dict] = {}
+    current, phase = base, None
+    peaks: dict[str, tuple[int, dict[int, dict]]] = {}
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+            current += e["size"]
+            frame = graph_frame(e)
+            if i >= start and frame is not None:
+                phase = frame.split(":")[0]
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            current -= live.pop(e["addr"])["size"]
+        if i >= start and phase is not None and current > peaks.get(phase, (-1, None))[0]:
+            peaks[phase] = (current, dict(live))
+    return peaks
+
+
 def where(event: dict, depth: int = 3) -> str:
     """The innermost Python frames of an allocation, innermost first."""
     frames = [f for f in event.get("frames", []) if f["filename"].endswith(".py")]
@@ -52,7 +87,9 @@ def where(event: dict, depth: int = 3) -> str:
 
 
 # allocator and dispatch frames say nothing about who asked for the memory
-_PLUMBING = ("CUDACachingAllocator", "c10::", "at::detail::empty", "at::empty", "at::native::empty",
+_PLUMBING = ("CUDACachingAllocator", "c10::", "torch::unwind", "torch::CapturedTraceback", "gather_with_cpp",
+             "torch::cuda::", "THPVariable", "torch::autograd::python", "_PyObject", "_PyFunction", "cfunction_",
+             "method_vectorcall", "PyVectorcall", "slot_tp_call", "_Py", "Py_", "at::detail::empty", "at::empty", "at::native::empty",
              "_PyEval", "PyObject", "torch::autograd::", "at::_ops::", "c10::impl", "std::", "_start",
              "__libc", "pybind11::", "torch::jit", "at::native::resize", "at::TensorBase")
 
@@ -82,8 +119,9 @@ def group(blocks: dict[int, dict], key: Callable[[dict], str] = where) -> list[t
 
 
 def describe(event: dict) -> str:
-    """One line per live block: Python frame, its source text and, when recorded, C++ frames."""
-    text = f"{where(event, 1)} | {source_line(event)[:90]}"
+    """One line per live block: Python frame, its source text, the generated code's line that
+    was running and, when recorded, C++ frames."""
+    text = f"{where(event, 1)} | {source_line(event)[:90]} | graph {graph_frame(event)}"
     cpp = native(event)
     return f"{text} | {cpp}" if cpp else text
 
@@ -115,9 +153,19 @@ def planned_at_peak(model, inputs, options: dict, autocast, top: int) -> dict:
     with autocast:
         prof = dsgraph.memory_profile(model, *inputs, **options)
     tl = prof.timelines.get("inductor") or prof.timelines["fx"]
-    live = sorted(tl.live_at(tl.peak_index()), key=lambda iv: -iv.nbytes)
+
+    def live_at(i: int) -> list:
+        return [[iv.nbytes, iv.label] for iv in sorted(tl.live_at(i), key=lambda iv: -iv.nbytes)]
+
+    phases = {}
+    for graph in ("forward", "backward"):
+        steps = [i for i, e in enumerate(tl.entries) if e.graph == graph]
+        if steps:
+            i = max(steps, key=lambda k: tl.entries[k].live_bytes)
+            phases[graph] = {"peak_bytes": tl.entries[i].live_bytes, "node": tl.entries[i].node, "live": live_at(i)}
     return {"peak_bytes": tl.peak_bytes, "peak_node": prof.peak_node, "external_bytes": prof.external_bytes,
-            "live": [[iv.nbytes, iv.label] for iv in live[:top]], "live_count": len(live)}
+            "live": live_at(tl.peak_index())[:top], "phases": phases,
+            "entries": [[e.graph, e.node, e.live_bytes] for e in tl.entries]}
 
 
 def main() -> None:
@@ -168,7 +216,12 @@ def main() -> None:
            "allocated_before_compile": base, "allocated_before_step": before, "checkpoint_inductor_peak": checked,
            "plan": planned,
            "at_peak": [[size, key] for size, key in group(blocks, describe)[: args.top * 2]],
-           "at_peak_by_frame": [[size, key] for size, key in group(blocks)[: args.top]]}
+           "at_peak_by_frame": [[size, key] for size, key in group(blocks)[: args.top]],
+           "phases": {name: {"peak_bytes": b, "live": [[size, key] for size, key in group(live, describe)]}
+                      for name, (b, live) in phase_peaks(snapshot["device_traces"][0], base, first).items()},
+           "largest_blocks": [{"size": e["size"], "frames": [f"{os.path.basename(f['filename'])}:{f['line']}:{f['name'][:80]}"
+                                                             for f in e.get("frames", [])][:40]}
+                              for e in sorted(blocks.values(), key=lambda e: -e["size"])[: args.top]]}
     print(f"budget {budget} B; measured peak {measured} B, replayed {peak} B; Inductor's plans "
           f"{checked} B (checked by the session), {planned['peak_bytes']} B (memory_profile, at "
           f"{planned['peak_node']}); outside the plan {(measured - planned['peak_bytes']) / 2**20:.1f} MiB; "
@@ -176,6 +229,11 @@ def main() -> None:
     print("plan, live at its peak:")
     for size, label in planned["live"]:
         print(f"{size / 2**20:10.1f} MiB  {label}")
+    for graph, ph in planned["phases"].items():
+        print(f"plan's {graph} peak {ph['peak_bytes']} B at {ph['node']}")
+    for name, ph in out["phases"].items():
+        print(f"measured while {name} ran: peak {ph['peak_bytes'] + 0} B (blocks since recording "
+              f"{sum(s for s, _ in ph['live'])} B)")
     print("measured, live at the peak (before-step blocks included):")
     for size, key in out["at_peak"]:
         print(f"{size / 2**20:10.1f} MiB  {key}")

@@ -1,6 +1,6 @@
 """benchmarks.alloc_replay's replay of allocator events (the CUDA part needs a GPU)."""
 
-from benchmarks.alloc_replay import group, native, replay
+from benchmarks.alloc_replay import graph_frame, group, native, phase_peaks, replay
 
 
 def _alloc(addr, size, fn="f"):
@@ -37,3 +37,18 @@ def test_native_frames_skip_the_allocator_and_dispatch():
                         {"filename": "Blas.cpp", "line": 0, "name": "at::cuda::getCUDABlasLtWorkspace()"},
                         {"filename": "/x/graph.py", "line": 3, "name": "call"}]}
     assert native(event) == "at::cuda::getCUDABlasLtWorkspace()"
+
+
+def test_phase_peaks_split_the_step_by_the_generated_file_that_ran():
+    fw, bw = "c" + "a" * 51 + ".py", "c" + "b" * 51 + ".py"
+
+    def alloc(addr, size, gen):
+        return {"action": "alloc", "addr": addr, "size": size,
+                "frames": [{"filename": "/x/_ops.py", "line": 1, "name": "op"}, {"filename": f"/tmp/ind/{gen}", "line": 7, "name": "call"}]}
+
+    events = [alloc(1, 100, fw), alloc(2, 50, fw), {"action": "free_completed", "addr": 2, "size": 50},
+              alloc(3, 30, bw), {"action": "free_completed", "addr": 1, "size": 100}, alloc(4, 10, bw)]
+    peaks = phase_peaks(events, base=5, start=0)
+    assert peaks[fw][0] == 155 and sorted(peaks[fw][1]) == [1, 2]
+    assert peaks[bw][0] == 135 and sorted(peaks[bw][1]) == [1, 3]
+    assert graph_frame(events[0]) == f"{fw}:7"
