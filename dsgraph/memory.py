@@ -21,6 +21,7 @@ import sympy
 import torch
 
 from . import compat
+from .analysis.library_memory import blas_workspace_bytes
 from .analysis.plan import fx_plan
 from .analysis.step import saved_bytes, stage_timelines
 from .analysis.timeline import Interval, MemoryTimeline, TimelineEntry
@@ -150,6 +151,10 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
     start = time.perf_counter()
     # the pool may first be allocated by this step's backward: it exists at later steps' starts
     external = external_intervals(start_state + pool_tensors(model.parameters()), captured.dynamo_inputs)
+    fw_gm = (captured.stages.get("forward") or captured.stages.get("inference")).after
+    library = blas_workspace_bytes(fw_gm, threads=2 if "backward" in captured.stages else 1)
+    if library:  # in every peak the allocator reports, in no graph's plan
+        external.append(Interval("CUDA BLAS workspaces", library, 0, 0))
     timelines = step_timelines(captured, external)
     executor = "inductor" if "inductor" in timelines else "fx"
     chosen = timelines[executor]

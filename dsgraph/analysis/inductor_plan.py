@@ -8,7 +8,9 @@ compile, ``inductor_plan`` walks the scheduler's final node order (after Inducto
 
 - a scheduled buffer allocates its storage when its kernel runs, unless fusion removed
   it (``removed_buffers``), it is a view, a mutation of another buffer, or a multi-output
-  container (its ``MultiOutput`` children allocate);
+  container; its ``MultiOutput`` children allocate, at the container's step: they are the
+  tensors its op returns, so they exist while that op runs (with its workspace), not from
+  the later steps that take them out of the tuple;
 - it is freed after the node whose ``last_usage`` names it; graph outputs outlive the graph;
 - buffers the wrapper reuses (``ReuseLine``: in-place kernels and its pool of freed
   buffers) are one block from the first allocation to the last use of the last reuser,
@@ -57,6 +59,7 @@ def inductor_plan(graph: Any) -> GraphPlan:
     plan = GraphPlan("inductor", [])
     by_name: dict[str, Block] = {}
     counted: set = set()  # FX nodes whose workspace is counted (an op and its outputs share origins)
+    container_step: dict[str, int] = {}  # multi-output kernels: the step their op runs at
     with compat.graph_handler(graph):
         for step, snode in enumerate(scheduler.nodes):
             plan.steps.append(snode.get_name())
@@ -69,10 +72,13 @@ def inductor_plan(graph: Any) -> GraphPlan:
                 if name in removed or name in renamed:
                     continue
                 layout = buf.node.get_output_spec() if hasattr(buf.node, "get_output_spec") else buf.node.layout
+                if type(layout).__name__ == "MultiOutputLayout":
+                    container_step[name] = step
                 if type(layout).__name__ not in _ALLOCATING_LAYOUTS:
                     continue
                 expr = sympy.expand(layout.storage_size() * buf.node.get_dtype().itemsize)
-                block = Block(name, compat.inductor_size_hint(expr), step, step, (lambda e=expr: e))
+                start = container_step.get(_container(buf.node), step)
+                block = Block(name, compat.inductor_size_hint(expr), start, step, (lambda e=expr: e))
                 by_name[name] = block
                 plan.blocks.append(block)
             for name in snode.last_usage:
@@ -88,6 +94,14 @@ def inductor_plan(graph: Any) -> GraphPlan:
         _merge_reuses(graph, plan, by_name)
         _name_outputs(graph, by_name)
     return plan
+
+
+def _container(node: Any) -> str | None:
+    """The multi-output kernel a ``MultiOutput`` takes its tensor from (None for others)."""
+    if type(node).__name__ != "MultiOutput" or not getattr(node, "inputs", None):
+        return None
+    parent = node.inputs[0]
+    return parent.get_name() if hasattr(parent, "get_name") else None
 
 
 def _origins(snode: Any) -> list:

@@ -26,6 +26,7 @@ import warnings
 
 from dsgraph import compat
 from dsgraph.analysis.lifetimes import bytes_of
+from dsgraph.analysis.library_memory import blas_workspace_bytes
 from dsgraph.analysis.step import inductor_timeline, inputs_external
 from dsgraph.analysis.timeline import Interval
 from dsgraph.errors import DsgraphBudgetWarning
@@ -71,7 +72,8 @@ def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
     return bytes_of(_gradients(gm, num_fwd_outputs))
 
 
-def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int | None = None) -> None:
+def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int | None = None,
+                   library_bytes: int = 0) -> None:
     """Hold the step peak of the compiled graphs' own buffer plans against the budget.
 
     An overrun asks for another compile that keeps below the budget what this plan's
@@ -79,9 +81,12 @@ def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int
     overrun), or the overruns so far, whichever is more, plus 1% of the budget (the error
     changes from plan to plan); at the last compile, or when the margin already left no
     plan, it warns. ``external_bytes``: what exists beside the graphs' own buffers (default:
-    what the planner counted)."""
+    what the planner counted); ``library_bytes``: the CUDA BLAS libraries' workspaces
+    (``analysis.library_memory``), counted apart so the plan's figures name them."""
     extra = plan.extra_external if external_bytes is None else external_bytes
     external = inputs_external(step.forward) + [Interval("gradient pool", extra, 0, 0)]
+    if library_bytes:
+        external.append(Interval("CUDA BLAS workspaces", library_bytes, 0, 0))
     peak = inductor_timeline(step.forward_plan, step.backward_plan, step.backward_fx_plan, external,
                              step.saved_names).peak_bytes
     plan.inductor_peak = peak
@@ -133,8 +138,11 @@ def run(gm, ctx: PassContext) -> PassResult:
     allreduce = ctx.config.pipeline.get("allreduce")
     inflight = 0 if allreduce is None else inflight_bytes(_gradients(gm, kwargs["num_fwd_outputs"]),
                                                           allreduce.arg("compress") or "none")
+    # the BLAS libraries' workspaces are allocated once per thread and stay: in every measured
+    # peak, in no graph's plan
+    library = blas_workspace_bytes(gm)
     # a compile after Inductor's plan overran the budget plans with the overrun reserved
-    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight,
+    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight + library,
                            margin=ctx.carry or 0, executor=ctx.config.executor,
                            lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"), ctx.config.executor))
     apply_checkpoint(plan, ctx)
@@ -142,6 +150,7 @@ def run(gm, ctx: PassContext) -> PassResult:
     ctx.report(**{f"checkpoint_{k}": v for k, v in plan.stats().items()})
     # the planner predicts the plans of the executor that runs (Inductor's or FX's); the
     # check holds those plans, as compiled, against the budget
-    ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool))
+    ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool, library))
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions),
-                      stats={**plan.stats(), "pool_bytes": pool, "inflight_bytes": inflight})
+                      stats={**plan.stats(), "pool_bytes": pool, "inflight_bytes": inflight,
+                             "blas_workspace_bytes": library})

@@ -152,13 +152,14 @@ def test_memory_budget_is_honoured_and_matches_eager_on_cuda():
     """Measured peak of a steady step within budget x 1.05; gradients within the fp32 rule.
 
     The model is sized so that activations fill the budget (gigabytes), and runs under bf16
-    autocast as the benchmarks do. Memory outside the graphs is not in the budget: the
-    CUDA libraries' workspaces, 65 MiB over Inductor's plan on every bf16 benchmark (H200,
-    torch 2.11); this model in fp32 measured 154 MiB over Inductor's plan (6% of its
-    budget; fp32 attention runs the memory-efficient kernel; see docs/BENCHMARKS.md). On
-    the small test GPT that overhead alone is 79 MB against a 5.9 MB budget, so the small
-    GPT checks gradients only. The report's ``checkpoint_inductor_peak`` (Inductor's own
-    plan, checked by the session) must be within the budget too."""
+    autocast as the benchmarks do. The budget covers what the allocator reports, the CUDA
+    BLAS libraries' workspaces included (``analysis.library_memory``: 2 x 33 MiB on the
+    H200). Session 8 traced this test's 5.3% overrun (``benchmarks.alloc_replay``) to those
+    workspaces (66 MiB) and to the chunked loss's returned gradients (160 MiB), which
+    Inductor's plan placed after the op that makes them. On the small test GPT the
+    workspaces alone are 66 MiB against a budget of a few MB, so the small GPT checks
+    gradients only. The report's ``checkpoint_inductor_peak`` (Inductor's own plan, checked
+    by the session) must be within the budget too."""
     cfg = GPTConfig(vocab=32768, seq=1024, layers=4, heads=8, dim=1024)
     torch.manual_seed(2)
     model, inputs = GPT(cfg).cuda(), gpt_inputs(cfg, 8, "cuda", seed=2)
