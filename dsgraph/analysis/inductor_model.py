@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .inductor_index import IndexMaps
 from .inductor_ops import CAT, EXTERN, GETITEM, MUTATE, POINTWISE, REDUCTION, SCATTER, VIEW, OpInfo, Rules
 from .inductor_scheduler import _fuse_local
 
@@ -68,6 +69,8 @@ class EmulatedGraph:
     # every user of node i is pointwise (through views); StepModel fills it for the
     # two-input adds, the nodes ``_addmm_patterns`` asks about
     pointwise_users: Sequence[bool] | dict = ()
+    # canonical index maps, shared by the emulations of one graph (memoized compositions)
+    maps: IndexMaps | None = None
 
 
 @dataclass
@@ -96,14 +99,28 @@ class InductorRun:
 
 
 class _Expr:
-    """An unrealized pointwise expression: its loads ((buffer, index key)), the nodes
-    inlined into it (their ops counted once, as Inductor's op counter CSEs them), whether
-    any op is "heavy" (the CPU realize-on-reuse rule), loads with a non-constant index."""
+    """An unrealized pointwise expression, as Inductor's op counter (``OpCounterCSE``) sees
+    it: its loads ((buffer, index map, scheduler key): one per distinct (buffer, map)), its
+    terms ((node, index map): each node's ops counted once per index it is evaluated at),
+    its constants (one each, whichever node made them), whether any op is "heavy" (the CPU
+    realize-on-reuse rule), loads with a non-constant index. The scheduler key is the
+    moving view a buffer is read through (None: element for element), what fusion asks."""
 
-    __slots__ = ("loads", "nodes", "ops", "heavy", "nontrivial")
+    __slots__ = ("loads", "terms", "consts", "ops", "nloads", "heavy", "nontrivial")
 
-    def __init__(self, loads: frozenset, nodes: frozenset, ops: int, heavy: bool, nontrivial: int):
-        self.loads, self.nodes, self.ops, self.heavy, self.nontrivial = loads, nodes, ops, heavy, nontrivial
+    def __init__(self, loads: frozenset, terms: frozenset, consts: frozenset, ops: int, heavy: bool,
+                 nontrivial: int):
+        self.loads, self.terms, self.consts, self.ops, self.heavy = loads, terms, consts, ops, heavy
+        self.nontrivial = nontrivial
+        self.nloads = len({(b, m) for b, m, _ in loads})
+
+    def copy_at(self, loads: frozenset, terms: frozenset, ops: int, nontrivial: int) -> "_Expr":
+        """The same expression read at another index (a copy, not a node's expression: no
+        ``__init__``, which the op-count test records)."""
+        e = _Expr.__new__(_Expr)
+        e.loads, e.terms, e.consts, e.ops, e.heavy, e.nontrivial = loads, terms, self.consts, ops, self.heavy, nontrivial
+        e.nloads = len({(b, m) for b, m, _ in loads})
+        return e
 
 
 def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
@@ -112,6 +129,12 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     buffers = run.buffers
     reads: list[set] = []  # per kernel step: (buffer, key) it loads
     state: dict[int, tuple] = {}
+    maps = g.maps if g.maps is not None else IndexMaps()
+    compose = maps.compose
+    moved_cache: dict = {}
+
+    def view_step(i: int):
+        return info[i].maps[0][0] if info[i].maps else None
 
     def new_buffer(node: int, nbytes: int, step: int, element: int = 0) -> int:
         dtypes = info[node].dtypes
@@ -124,27 +147,52 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         state[i] = ("buf", b)
 
     def resolve(i: int) -> tuple:
-        """("buf", b) | ("view", b, key) | ("expr", expr, owner) | ("multi", ...) | ("none",)"""
+        """("buf", b) | ("view", b, key, map) | ("expr", expr, owner) | ("multi", ...) | ("none",)"""
         st = state.get(i)
         if st is None:
             return ("none",)
         if st[0] == "vexpr":
             r = resolve(st[1])
-            if r[0] in ("buf", "view"):
-                return ("view", r[1], i)
+            if r[0] == "buf":
+                return ("view", r[1], i, compose(view_step(i), None))
+            if r[0] == "view":
+                return ("view", r[1], i, compose(view_step(i), r[3]))
+            if r[0] == "expr":
+                return ("expr", moved(r[1], view_step(i)), r[2])
             return r
         if st[0] == "expr":
             return ("expr", st[1], i)
         return st
 
+    def moved(e: _Expr, step) -> _Expr:
+        """Expression ``e`` read through ``step``: every term and load at the composed index."""
+        if step is None:
+            return e
+        key = (id(e), step)
+        hit = moved_cache.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        loads = frozenset((b, compose(step, m), k) for b, m, k in e.loads)
+        terms = frozenset((n, compose(step, m)) for n, m in e.terms)
+        out = e.copy_at(loads, terms, count(terms, loads, e.consts), nontrivial_of(loads))
+        moved_cache[key] = (e, out)
+        return out
+
+    def count(terms, loads, consts) -> int:
+        return sum(info[n].own_ops for n, _ in terms) + len({(b, m) for b, m, _ in loads}) + len(consts)
+
+    def nontrivial_of(loads) -> int:
+        return sum(1 for b, _ in {(b, m) for b, m, _ in loads} if info[buffers[b].node].nontrivial)
+
     def loads_of(j: int) -> frozenset:
+        """What a kernel reads of node j: (buffer, scheduler key)."""
         r = resolve(j)
         if r[0] == "buf":
             return frozenset({(r[1], None)})
         if r[0] == "view":
             return frozenset({(r[1], r[2])})
         if r[0] == "expr":
-            return r[1].loads
+            return frozenset((b, k) for b, _, k in r[1].loads)
         return frozenset()
 
     def kernel(node: int, loaded, kind: int | None = None) -> int:
@@ -157,7 +205,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         st = state.get(owner)
         if st is None or st[0] != "expr":
             return
-        step = kernel(owner, st[1].loads, POINTWISE)
+        step = kernel(owner, {(b, k) for b, _, k in st[1].loads}, POINTWISE)
         state[owner] = ("buf", new_buffer(owner, info[owner].bytes, step))
 
     def realize_input(j: int) -> None:
@@ -166,23 +214,28 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             realize(r[2])
 
     def combine(i: int, args: Sequence[int]) -> _Expr:
-        loads: frozenset = frozenset()
-        nodes = {i}
+        """Node i's expression: its own op and constants, and each input read at each index
+        map the lowering reads it at (``OpInfo.maps``)."""
+        loads: set = set()
+        terms = {(i, None)}
+        consts = set(info[i].consts)
         heavy = info[i].heavy
-        for j in args:
+        arg_maps = info[i].maps
+        for p, j in enumerate(args):
             r = resolve(j)
-            if r[0] == "expr":
-                e = r[1]
-                loads = loads | e.loads
-                nodes |= e.nodes
-                heavy = heavy or e.heavy
-            elif r[0] == "buf":
-                loads = loads | {(r[1], None)}
-            elif r[0] == "view":
-                loads = loads | {(r[1], r[2])}
-        ops = sum(info[n].own_ops for n in nodes) + len(loads)
-        nontrivial = sum(1 for b, _ in loads if info[buffers[b].node].nontrivial)
-        return _Expr(loads, frozenset(nodes), ops, heavy, nontrivial)
+            for step in (arg_maps[p] if p < len(arg_maps) else (None,)):
+                if r[0] == "expr":
+                    e = moved(r[1], step)
+                    loads |= e.loads
+                    terms |= e.terms
+                    consts |= e.consts
+                    heavy = heavy or e.heavy
+                elif r[0] == "buf":
+                    loads.add((r[1], compose(step, None), None))
+                elif r[0] == "view":
+                    loads.add((r[1], compose(step, r[3]), r[2]))
+        loads_f, terms_f, consts_f = frozenset(loads), frozenset(terms), frozenset(consts)
+        return _Expr(loads_f, terms_f, consts_f, count(terms_f, loads_f, consts_f), heavy, nontrivial_of(loads_f))
 
     output_set = set(g.outputs)
     absorbed, addmms = _addmm_patterns(g, rules)
@@ -192,7 +245,9 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         reduction's buffer (mean = sum / n): an expression its users inline, with the op
         count Inductor's counter gives it (the load and ``own_ops``)."""
         nontrivial = int(info[buffers[b].node].nontrivial)
-        state[i] = ("expr", _Expr(frozenset({(b, None)}), frozenset({i}), info[i].own_ops + 1, False, nontrivial))
+        consts = info[i].consts
+        state[i] = ("expr", _Expr(frozenset({(b, None, None)}), frozenset({(i, None)}), consts,
+                                  info[i].own_ops + 1 + len(consts), False, nontrivial))
         after_lowering(i)
 
     def after_lowering(i: int) -> None:
@@ -205,11 +260,11 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if users > 1:
             if g.realizing_users[i] and e.nontrivial > 1:  # realize_hint
                 return realize(owner)
-            if i in output_set and not (len(e.loads) == 0 and e.ops <= rules.opcount):
+            if i in output_set and not (e.nloads == 0 and e.ops <= rules.opcount):
                 return realize(owner)
-            if (rules.cpu and e.heavy) or e.ops > rules.opcount or len(e.loads) > rules.reads:
+            if (rules.cpu and e.heavy) or e.ops > rules.opcount or e.nloads > rules.reads:
                 return realize(owner)  # should_realize_on_reuse
-        if (len(e.loads) > rules.acc_reads or e.ops > rules.opcount) and e.nontrivial > 1:
+        if (e.nloads > rules.acc_reads or e.ops > rules.opcount) and e.nontrivial > 1:
             return realize(owner)  # has_exceeded_max_reads, then realize_hint
         if e.ops > 100:
             realize(owner)
@@ -226,7 +281,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 if b is not None and op.own_ops:  # var_mean's variance: an expression over m2
                     epilogue(i, b)
             elif args:
-                state[i] = ("vexpr", args[0]) if resolve(args[0])[0] == "expr" else _view_state(resolve(args[0]), i)
+                state[i] = ("vexpr", args[0]) if resolve(args[0])[0] == "expr" else _view_state(resolve(args[0]), i,
+                                                                                                  None, compose)
             continue
         if kind == VIEW:
             r = resolve(args[0]) if args else ("none",)
@@ -234,7 +290,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 state[i] = ("vexpr", args[0])
                 after_lowering(i)
             else:
-                state[i] = _view_state(r, i if op.moves else None)
+                state[i] = _view_state(r, i if op.moves else None, view_step(i), compose)
             continue
         if i in absorbed:  # an mm the post-grad pass folds into the add after it (addmm)
             state[i] = ("none",)
@@ -254,12 +310,12 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             step = kernel(i, loaded)
             if kind == MUTATE:  # written into its first argument: no buffer of its own
                 r = resolve(args[0]) if args else ("none",)
-                state[i] = _view_state(r, None)
+                state[i] = _view_state(r, None, None, compose)
             elif op.multi:
                 state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
             else:
                 state[i] = ("buf", new_buffer(i, op.bytes, step))
-                if op.own_ops:  # mean: the sum's buffer divided by the count
+                if kind == REDUCTION and op.own_ops:  # mean: the sum's buffer divided by the count
                     epilogue(i, state[i][1])
             continue
         # extern and fallback kernels: their inputs are stored first, their outputs are buffers
@@ -334,11 +390,13 @@ def _addmm_patterns(g: EmulatedGraph, rules: Rules) -> tuple[set[int], dict[int,
     return absorbed, addmms
 
 
-def _view_state(r: tuple, key) -> tuple:
+def _view_state(r: tuple, key, step, compose) -> tuple:
+    """A view of a buffer: (buffer, scheduler key, index map through ``step``)."""
     if r[0] == "buf":
-        return ("view", r[1], key) if key is not None else ("buf", r[1])
+        mid = compose(step, None)
+        return ("view", r[1], key, mid) if key is not None or mid is not None else ("buf", r[1])
     if r[0] == "view":
-        return ("view", r[1], key if key is not None else r[2])
+        return ("view", r[1], key if key is not None else r[2], compose(step, r[3]))
     return ("none",)
 
 

@@ -11,10 +11,12 @@ import functools
 import operator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.fx import Node
 
 from .. import compat
+from . import inductor_index as ix
 from .lifetimes import is_view, tensor_values
 
 # what each node is for Inductor
@@ -30,10 +32,19 @@ _TEMPLATES = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_int_mm", "_scaled_mm"
               "_convolution", "convolution_backward", "_scaled_dot_product_flash_attention",
               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
               "_scaled_dot_product_flash_attention_for_cpu", "_flex_attention", "flex_attention"}
-# reductions whose result is a pointwise expression over their buffer (Inductor's
-# lowering divides the sum by the count: a load, a constant, a division, so two ops beyond
-# the load, ``inner_fn_opcount``); (op, getitem index) for multi-output ones
-_EPILOGUE = {("mean", None): 2, ("var", None): 2, ("var_mean", 0): 2}
+# reductions whose result is a pointwise expression over their buffer: mean = sum / n,
+# and the variance (``_variance_epilogue``); (op, getitem index) for multi-output ones
+_VARIANCE = {("var", None), ("var_mean", 0)}
+# ops whose lowering returns their input's loader unchanged (``clone``; a cast to the
+# dtype it already has): no op of their own
+_IDENTITY = {"clone", "alias", "contiguous"}
+_CASTS = {"convert_element_type", "_to_copy"}
+# an unrolled reduction combines its few elements with one op per element after the first
+_UNROLLED = {"sum", "amax", "amin", "prod", "any", "all", "max", "min", "mean"}
+# pointwise ops that reads a tensor argument at data (an indirect index): (op, argument)
+_INDIRECT = {("index", 0), ("_unsafe_index", 0), ("gather", 0), ("embedding", 0)}
+# ops that make a constant (``ops.constant``): shared by every use in an expression
+_CONSTANT_MAKERS = {"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like"}
 # ops whose integer arguments are dimensions, not constants of the expression
 _INDEX_ARGS = {"gather"}
 # ops that compute in their inputs' promoted dtype and return bool or select: no cast counted
@@ -70,6 +81,10 @@ class Rules:
     pointwise_cat_inputs: int  # GPU: a cat of at most this many inputs is pointwise
     unroll: int  # unroll_reductions_threshold: shorter reductions become pointwise
     keep_half_addmm: bool = False  # keep_addmm_fused_for_half_dtypes
+    # use_two_step_variance: a variance over at most this many elements is a sum of
+    # squares (cpp / triton threshold); CUDA leaves (unroll, min_numel) to Welford
+    two_step_variance: int = 1024
+    two_step_min_numel: int = 0
 
     @staticmethod
     def for_device(device_type: str) -> "Rules":
@@ -90,6 +105,12 @@ class OpInfo:
     numel: int = 0  # elements of its (largest) output
     name: str = ""  # the op's name (``mm``, ``add``)
     realizes_inputs: bool = False  # Inductor's needs_realized_inputs: users store what they read
+    # per input (FX's ``all_input_nodes`` order, each once): the index maps it is read at
+    # (``inductor_index.Step``; None: at this node's own index), one per read
+    maps: tuple = ()
+    # constants the expression holds (``ops.constant`` / an index constant, by value and
+    # dtype): Inductor's counter counts each once per expression, whoever made it
+    consts: frozenset = frozenset()
 
     @property
     def bytes(self) -> int:
@@ -102,6 +123,8 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     vals = tensor_values(val)
     nbytes = tuple(int(_numel(t)) * t.element_size() for _, t in vals)
     info = _classify(node, rules, val, vals, nbytes)
+    if info.kind in (POINTWISE, VIEW):
+        info.maps = _maps(node, info)
     info.dtypes = tuple(t.dtype for _, t in vals)
     info.name = op_name(node) if node.op == "call_function" else ""
     info.loop = info.numel = max((_numel(t) for _, t in vals), default=0)
@@ -119,18 +142,21 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     if node.op != "call_function":
         return OpInfo(NONE)
     if node.target is operator.getitem:
-        # var_mean's variance is an expression over its Welford buffer (m2 / (n - correction):
-        # a load, a constant, a division), not the buffer itself
-        own = _EPILOGUE.get((op_name(node.args[0]), node.args[1]), 0) if _is_call(node.args[0]) else 0
-        return OpInfo(GETITEM, own, nbytes=nbytes, nontrivial=nontrivial)
+        # var_mean's variance is an expression over its reduction's buffer, not the buffer
+        src = node.args[0]
+        if _is_call(src) and (op_name(src), node.args[1]) in _VARIANCE:
+            own, consts = _variance_epilogue(src, rules)
+            return OpInfo(GETITEM, own, nbytes=nbytes, nontrivial=nontrivial, consts=consts)
+        return OpInfo(GETITEM, 0, nbytes=nbytes, nontrivial=nontrivial)
     target = node.target
     if not compat.is_op(target):
         return OpInfo(EXTERN, nbytes=nbytes, multi=multi)
     name = op_name(node)
     lowerings, fallbacks, needs_realized = _registries()
     realizing = target in needs_realized
+    # a mutation, a scatter, a concat kernel: a buffer, no ops of an expression of their own
     if name in _MUTATING:
-        return OpInfo(MUTATE, nbytes=nbytes)
+        return OpInfo(MUTATE, 0, nbytes=nbytes)
     if is_view(node):
         return OpInfo(VIEW, 0, nbytes=nbytes, nontrivial=nontrivial, moves=name in MOVES, multi=multi)
     if target in fallbacks or realizing or target not in lowerings or name in _TEMPLATES:
@@ -141,23 +167,269 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
         numel_out = max((_numel(t) for _, t in vals), default=1)
         rnumel = numel_in // max(numel_out, 1)
         if not (rnumel <= 1 or (rnumel < rules.unroll and numel_out != 1)):
-            return OpInfo(REDUCTION, _EPILOGUE.get((name, None), 0), nbytes=nbytes, nontrivial=nontrivial,
-                          multi=multi)
-        # a reduction over a few elements is unrolled into a pointwise expression
+            own, consts = 0, frozenset()
+            if name == "mean":
+                own, consts = _mean_epilogue(node)
+            elif (name, None) in _VARIANCE:
+                own, consts = _variance_epilogue(node, rules)
+            return OpInfo(REDUCTION, own, nbytes=nbytes, nontrivial=nontrivial, multi=multi, consts=consts)
+        if name in _UNROLLED and rnumel > 1:  # a reduction over a few elements is unrolled into a pointwise expression
+            own, consts = _mean_epilogue(node) if name == "mean" else (0, frozenset())
+            return OpInfo(POINTWISE, own + max(rnumel - 1, 0) + _promotions(node, name), nbytes=nbytes,
+                          nontrivial=nontrivial, multi=multi, name=name, consts=consts)
     if name in _SCATTERS:
-        return OpInfo(SCATTER, nbytes=nbytes, nontrivial=nontrivial)
+        return OpInfo(SCATTER, 0, nbytes=nbytes, nontrivial=nontrivial)
     if name == "cat":
         count = len(node.args[0]) if node.args and isinstance(node.args[0], (list, tuple)) else 1
         if rules.cpu or count > rules.pointwise_cat_inputs:
-            return OpInfo(CAT, nbytes=nbytes, nontrivial=nontrivial)
-    scalars = sum(1 for a in list(node.args) + list(node.kwargs.values())
-                  if isinstance(a, (int, float)) and not isinstance(a, bool))
-    # a node that reads no tensor (full, scalar_tensor, iota) is one op to Inductor's
-    # counter: a constant or an index expression
-    own = 1 if not node.all_input_nodes else 1 + min(0 if name in _INDEX_ARGS else scalars, 2)
-    own += _promotions(node, name)
+            return OpInfo(CAT, 0, nbytes=nbytes, nontrivial=nontrivial)
+    own, consts = _pointwise_ops(node, name, val)
     return OpInfo(POINTWISE, own, heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
-                  moves=name in MOVES, multi=multi)
+                  moves=name in MOVES, multi=multi, consts=consts)
+
+
+def _pointwise_ops(node: Node, name: str, val) -> tuple[int, frozenset]:
+    """(ops of its own, constants) a pointwise node adds to an expression."""
+    out_dtype = val.dtype if isinstance(val, torch.Tensor) else None
+    if not node.all_input_nodes:
+        if name in _CONSTANT_MAKERS:  # ops.constant(value): one per expression, shared
+            value = next((a for a in node.args if isinstance(a, (int, float, bool))), name)
+            return 0, frozenset({("constant", repr(value), out_dtype)})
+        return 1, frozenset()  # iota: an index expression
+    if name in _IDENTITY or (name in _CASTS and _same_dtype(node)):
+        return 0, frozenset()  # the input's loader, unchanged
+    if name == "slice_scatter":
+        return _slice_scatter_ops(node)
+    # scalar arguments are constants of the expression (Inductor's counter sees each once)
+    scalars = [a for a in list(node.args) + list(node.kwargs.values())
+               if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    if name in _INDEX_ARGS:
+        scalars = []
+    first = next((a.meta["val"].dtype for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)),
+                 out_dtype)
+    # by the value as written: Inductor's counter tells ``constant(0, ...)`` from ``constant(0.0, ...)``
+    consts = frozenset(("constant", repr(a), first if not (isinstance(a, float) and first is not None
+                                                      and not first.is_floating_point) else out_dtype)
+                       for a in scalars[:2])
+    return 1 + _promotions(node, name), consts
+
+
+def _same_dtype(node: Node) -> bool:
+    a, out = node.args[0] if node.args else None, node.meta.get("val")
+    return (isinstance(a, Node) and isinstance(a.meta.get("val"), torch.Tensor) and isinstance(out, torch.Tensor)
+            and a.meta["val"].dtype == out.dtype)
+
+
+def _slice_scatter_ops(node: Node) -> tuple[int, frozenset]:
+    """``where(mask, masked(mask, src at the shifted index), x)``, the mask comparing the
+    index along ``dim`` with the slice's bounds (index constants); a slice of everything is
+    the source's loader alone (lowering.py ``slice_scatter``)."""
+    x = node.args[0].meta["val"]
+    dim, start, end, step = _scatter_slice(node)
+    size = int(compat.size_hint(x.shape[dim]))
+    if start == 0 and end == size and step == 1:
+        return 0, frozenset()
+    consts, masks = set(), 0
+    if start != 0:
+        consts.add(("index", start))
+        masks += 1
+    if end != size:
+        consts.add(("index", end))
+        masks += 1
+    own = 0
+    if step != 1:
+        own += 2  # the modular index and its comparison with 0
+        consts.add(("constant", "0", torch.int64))
+        masks += 1
+    # index_expr of the index, the comparisons and their ``and``, masked, where
+    return own + 1 + masks + (masks - 1) + 2, frozenset(consts)
+
+
+def _scatter_slice(node: Node) -> tuple[int, int, int, int]:
+    x = node.args[0].meta["val"]
+    rank = x.dim()
+    args = list(node.args) + [None] * (6 - len(node.args))
+    dim = args[2] if args[2] is not None else node.kwargs.get("dim", 0)
+    dim = dim + rank if dim < 0 else dim
+    size = int(compat.size_hint(x.shape[dim]))
+    start = args[3] if args[3] is not None else node.kwargs.get("start")
+    end = args[4] if args[4] is not None else node.kwargs.get("end")
+    step = args[5] if args[5] is not None else node.kwargs.get("step", 1)
+    start = 0 if start is None else int(compat.size_hint(start))
+    end = size if end is None else int(compat.size_hint(end))
+    start = max(start + size, 0) if start < 0 else min(start, size)
+    end = max(end + size, 0) if end < 0 else min(end, size)
+    return dim, start, end, int(step or 1)
+
+
+def _mean_epilogue(node: Node) -> tuple[int, frozenset]:
+    """mean = sum / n: an index constant and a division, and a cast back when the input
+    is half precision (the sum is in float32, lowering.py ``mean``)."""
+    val = node.meta.get("val")
+    half = isinstance(val, torch.Tensor) and val.dtype in (torch.float16, torch.bfloat16)
+    return 1 + int(half), frozenset({("index", _rnumel(node), torch.float32)})
+
+
+def _variance_epilogue(node: Node, rules: Rules) -> tuple[int, frozenset]:
+    """The variance as a pointwise expression over its reduction's buffer
+    (lowering.py ``var_mean_helper_``). Two-step (a sum of squared differences) when the
+    reduction is short (``use_two_step_variance``): sum / index constant, one division.
+    Welford otherwise: m2 / max(0, n - correction), with the constants correction, n and 0
+    (a correction of 0 is the same constant as the 0): a subtraction, a maximum, a division."""
+    correction = node.kwargs.get("correction")
+    correction = 1 if correction is None else correction
+    rnumel = _rnumel(node)
+    if _two_step_variance(node, rnumel, rules):
+        n = max(rnumel - correction, 0) if correction else rnumel
+        return 1, frozenset({("index", n, torch.float32)})
+    # as Inductor writes them: constant(correction), constant(n), constant(0) (a float
+    # correction of 0.0 is not the integer 0)
+    consts = {("constant", repr(v), torch.float32) for v in (correction, rnumel, 0)}
+    return 3, frozenset(consts)
+
+
+def _two_step_variance(node: Node, rnumel: int, rules: Rules) -> bool:
+    val = node.meta.get("val")
+    out = val[0] if isinstance(val, (tuple, list)) else val
+    if not isinstance(out, torch.Tensor) or _numel(out) == 1:
+        return False
+    src = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
+    half = isinstance(src, torch.Tensor) and src.dtype in (torch.float16, torch.bfloat16)
+    if rules.cpu:
+        return rnumel <= rules.two_step_variance
+    if not half:
+        return rnumel <= rules.unroll
+    # CUDA, half precision: short enough, not in the band left to Welford, not split
+    # (the split is not modelled: a reduction this short is not split)
+    return rnumel <= rules.two_step_variance and not (rules.unroll < rnumel < rules.two_step_min_numel)
+
+
+def _rnumel(node: Node) -> int:
+    """Elements each output element of a reduction combines."""
+    val = node.meta.get("val")
+    outs = [v for v in (val if isinstance(val, (tuple, list)) else [val]) if isinstance(v, torch.Tensor)]
+    src = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
+    if not outs or not isinstance(src, torch.Tensor):
+        return 1
+    return _numel(src) // max(_numel(outs[0]), 1)
+
+
+def _maps(node: Node, info: OpInfo) -> tuple:
+    """The index maps each input is read at (``OpInfo.maps``)."""
+    inputs = list(dict.fromkeys(node.all_input_nodes))
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or node.target is operator.getitem:
+        return tuple((None,) for _ in inputs)
+    if info.kind == VIEW:
+        return ((ix.view_steps(node),),) + tuple((None,) for _ in inputs[1:])
+    out = ix._shape(val)
+    name = info.name or op_name(node)
+    special = _moving_maps(node, name, out)
+    maps = []
+    for k, a in enumerate(inputs):
+        if a in special:
+            maps.append(tuple(special[a]))
+            continue
+        v = a.meta.get("val")
+        maps.append((ix.broadcast(out, ix._shape(v)) if isinstance(v, torch.Tensor) else None,))
+    return tuple(maps)
+
+
+def _moving_maps(node: Node, name: str, out: tuple) -> dict:
+    """Inputs a pointwise lowering reads elsewhere than at the broadcast of its own index."""
+    args = node.args
+    first = args[0] if args and isinstance(args[0], Node) else None
+    src = ix._shape(first.meta["val"]) if first is not None and isinstance(first.meta.get("val"), torch.Tensor) else ()
+    if first is not None and (name, 0) in _INDIRECT:
+        return {first: [ix.opaque(node, 0)]}
+    if name == "slice_scatter" and len(args) > 1 and isinstance(args[1], Node):
+        dim, start, end, step = _scatter_slice(node)
+        shape = ix._shape(args[1].meta["val"])
+        region = list(out)
+        region[dim] = max((end - start + step - 1) // step, 0)
+        region = tuple(region)
+
+        def f(c, dim=dim, start=start, step=step):
+            c = list(c)
+            c[dim] = (c[dim] - start) // step
+            return c
+        moved = ix.coords(out, region, f, ("slice_scatter", out, dim, start, step))
+        inner = ix.broadcast(region, shape)
+        steps = [moved] if inner is None else [_chain(moved, inner)]
+        return {args[1]: steps}
+    if name == "select_scatter" and len(args) > 1 and isinstance(args[1], Node):
+        rank = len(out)
+        dim = args[2] + rank if args[2] < 0 else args[2]
+        index = int(compat.size_hint(args[3]))
+        index = index + out[dim] if index < 0 else index
+        shape = ix._shape(args[1].meta["val"])
+        return {args[1]: [ix.coords(out, shape, lambda c, d=dim: c[:d] + c[d + 1:], ("select_scatter", out, dim))]}
+    if name == "constant_pad_nd" and first is not None:
+        pad = list(args[1])
+        rank = len(out)
+        before = [0] * rank
+        for k in range(len(pad) // 2):
+            before[rank - 1 - k] = int(pad[2 * k])
+        return {first: [ix.coords(out, src, lambda c: [c[d] - before[d] for d in range(rank)],
+                                  ("pad", out, tuple(before)))]}
+    if name == "cat" and first is None and args and isinstance(args[0], (list, tuple)):
+        rank = len(out)
+        dim = args[1] if len(args) > 1 else node.kwargs.get("dim", 0)
+        dim = dim + rank if dim < 0 else dim
+        steps: dict = {}
+        offset = 0
+        for a in args[0]:
+            shape = ix._shape(a.meta["val"])
+            if len(shape) == rank:
+                steps.setdefault(a, []).append(ix.shift(out, shape, dim, -offset))
+                offset += shape[dim]
+        return steps
+    if name in _UNROLLED and first is not None and _rnumel(node) > 1 and len(node.all_input_nodes) == 1:
+        return {first: _unrolled_steps(node, out, src)}
+    if name == "repeat" and first is not None:
+        lead = len(out) - len(src)
+        return {first: [ix.coords(out, src, lambda c: [c[lead + d] % src[d] for d in range(len(src))],
+                                  ("repeat", out, src))]}
+    if name == "flip" and first is not None:
+        dims = {d + len(out) if d < 0 else d for d in args[1]}
+        return {first: [ix.coords(out, src, lambda c: [out[d] - 1 - c[d] if d in dims else c[d]
+                                                       for d in range(len(out))], ("flip", out, tuple(dims)))]}
+    if name == "gather" and len(args) > 2 and isinstance(args[2], Node):
+        return {}
+    if name == "embedding" and len(args) > 1 and isinstance(args[1], Node):
+        shape = ix._shape(args[1].meta["val"])
+        return {args[1]: [ix.coords(out, shape, lambda c: c[:-1], ("embedding", out))]}
+    return {}
+
+
+def _unrolled_steps(node: Node, out: tuple, src: tuple) -> list:
+    """One read of the input per element of an unrolled reduction."""
+    rank = len(src)
+    dims = node.args[1] if len(node.args) > 1 else None
+    if dims is None or dims == []:
+        dims = list(range(rank))
+    dims = sorted({(d + rank if d < 0 else d) for d in ([dims] if isinstance(dims, int) else dims)})
+    keep = len(out) == rank
+    sizes = [src[d] for d in dims]
+    steps = []
+    for k in range(ix._numel(sizes)):
+        picks = []
+        for s in reversed(sizes):
+            picks.append(k % s)
+            k //= s
+        picks = dict(zip(dims, reversed(picks)))
+
+        def f(c, picks=picks):
+            kept = iter(c if not keep else [c[d] for d in range(rank) if d not in picks])
+            return [np.full_like(c[0] if c else np.zeros(1, dtype=np.int64), picks[d]) if d in picks else next(kept)
+                    for d in range(rank)]
+        steps.append(ix.coords(out, src, f, ("unroll", out, src, tuple(picks.items()))))
+    return steps
+
+
+def _chain(outer, inner):
+    """Two steps as one."""
+    return ix.Step(lambda flat: inner.fn(outer.fn(flat)), outer.out_numel, ("chain", outer.key, inner.key))
 
 
 def _numel(t: torch.Tensor) -> int:

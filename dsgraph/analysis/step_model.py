@@ -35,6 +35,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .. import compat
+from .inductor_index import IndexMaps
 from .inductor_model import EmulatedGraph, emulate
 from .inductor_ops import GETITEM, PLACEHOLDER, VIEW, OpInfo, Rules, classify
 from .lifetimes import TensorLifetimes, tensor_values
@@ -116,6 +117,7 @@ class StepModel:
         self.device_type = device_type
         self.rules = Rules.for_device(device_type)
         self.info: list[OpInfo] = [classify(n, self.rules) for n in nodes]
+        self.index_maps = IndexMaps()  # the index maps' compositions, shared by every partition's emulation
         self.realizing_user = [any(self.info[u].realizes_inputs for u in self.users[i]) for i in range(n_nodes)]
         # FX: storages (views alias their base; a multi-output node's elements have their own)
         lifetimes = TensorLifetimes(gm)
@@ -404,7 +406,7 @@ class StepModel:
             if info[i].name == "add" and len(self.ins[i]) == 2:  # all the addmm pattern asks about
                 pointwise[i] = i not in output_set and all(self._pointwise_use(u, members, 0, memo) for u in us)
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
-                             frozenset(donated), pointwise)
+                             frozenset(donated), pointwise, self.index_maps)
 
     def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.

@@ -261,4 +261,7 @@ def inductor_rules(device_type: str) -> dict[str, Any]:
     return dict(cpu=cpu, opcount=int(opcount), reads=int(c.realize_reads_threshold), acc_reads=int(acc),
                 pointwise_cat_inputs=int(getattr(c, "max_pointwise_cat_inputs", 8)),
                 unroll=int(getattr(c, "unroll_reductions_threshold", 8)),
-                keep_half_addmm=bool(getattr(c, "keep_addmm_fused_for_half_dtypes", False)))
+                keep_half_addmm=bool(getattr(c, "keep_addmm_fused_for_half_dtypes", False)),
+                two_step_variance=int(getattr(c.cpp, "use_two_step_variance_threshold", 1024) if cpu
+                                      else getattr(c.triton, "use_two_step_variance_threshold", 32768)),
+                two_step_min_numel=int(getattr(c.triton, "use_two_step_variance_min_numel", 0)))

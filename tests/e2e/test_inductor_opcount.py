@@ -8,9 +8,13 @@ counted 32): a second logits-sized buffer, and the planner's Inductor prediction
 for the stock partition and 41% high for the smallest plan on a 4-layer GPT at full width
 (H200, ``benchmarks.planner_truth``). This test reads Inductor's count of every pointwise
 node it lowers (``inner_fn_opcount`` on the real lowering, CPU) and holds the emulation's
-count of the same nodes to it: every node within 2 ops (what is left: constants Inductor's
-counter shares between nodes, gather's indirect index), no node on the other side of either
-device's threshold, and the loss head's expression exact.
+count of the same nodes to it: every node within 2 ops and with Inductor's number of
+distinct loads, no node on the other side of either device's threshold, and the loss
+head's expression exact. The counter CSEs by value: a node's ops count once per index it
+is evaluated at (a slice and its neighbour, an unrolled reduction's elements, an indirect
+read), a constant once per expression whoever makes it (``constant(0)`` is not
+``constant(0.0)``), a load once per (buffer, index); ``clone`` and a cast to the same dtype
+add nothing (``dsgraph.analysis.inductor_index``, ``inductor_ops``).
 """
 
 import pytest
@@ -64,9 +68,9 @@ def _emulated_counts(monkeypatch, j) -> dict[str, tuple[int, int]]:
     counts = {}
     init = inductor_model._Expr.__init__
 
-    def recording(self, loads, nodes, ops, heavy, nontrivial):
-        init(self, loads, nodes, ops, heavy, nontrivial)
-        counts[names[max(nodes)]] = (ops, len(loads))  # the node being lowered is the newest
+    def recording(self, loads, terms, consts, ops, heavy, nontrivial):
+        init(self, loads, terms, consts, ops, heavy, nontrivial)
+        counts[names[max(n for n, _ in terms)]] = (ops, self.nloads)  # the node being lowered is the newest
 
     monkeypatch.setattr(inductor_model._Expr, "__init__", recording)
     by_name = {n.name: n for n in j.gm.graph.nodes}
@@ -100,12 +104,26 @@ def test_emulated_op_counts_are_inductors(monkeypatch, tmp_path):
     assert real[head][0] > 20 and mine[head] == real[head], (head, real[head], mine[head])
 
 
-@pytest.mark.parametrize("name", ["gated", "masked"])
+_LLAMA_GAP = (
+    "25 of 478 nodes off (12 across a threshold): rotary embeddings' backward, where two "
+    "slice_scatters read the same expression at indices shifted by +-8. Inductor's counter "
+    "CSEs by value: the sin/cos chain, whose leaves (index_expr of the position, the "
+    "inv_freq load at i mod 8) are equal at both shifts, is counted once, and two loads "
+    "of the attention backward's buffer land on one address through its physical strides "
+    "(-8 + a head's 16 = +8). The emulation keys a term by the index it is evaluated at, "
+    "not by its leaves, and loads by logical index: it counts the chain twice (41 ops "
+    "where Inductor has 32, 55 where 42) and one load too many. Also the causal mask's "
+    "last bitwise_and (21 where 17; not diagnosed).")
+
+
+@pytest.mark.parametrize("name", ["gated", "masked", "cnn",
+                                  pytest.param("llama", marks=pytest.mark.xfail(reason=_LLAMA_GAP, strict=True))])
 def test_op_counts_on_the_zoo(name, monkeypatch, tmp_path):
     """Models of other shapes than the GPT the counts were fixed on: a gated residual
-    network and a masked MLP. Not yet: transformers' Llama (74 of 478 nodes off by more
-    than 2 ops or in their loads, 16 of them across the GPU threshold) and the CNN with
-    BatchNorm (67 of 268, 2 across): docs/BENCHMARKS.md, session 7."""
+    network, a masked MLP, the CNN with BatchNorm (Welford variance, a constant of 0 shared
+    with the correction) and transformers' Llama (rotary slices, the causal mask from
+    index comparisons, unrolled two-element reductions of grouped attention's gradients).
+    Llama is not there yet (``_LLAMA_GAP``): docs/BENCHMARKS.md, session 7."""
     from tests import zoo
 
     if not zoo.available(name):
