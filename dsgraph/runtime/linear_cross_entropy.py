@@ -130,18 +130,30 @@ def fp32_out_gemm(device_type: str) -> bool:
     """Can a bf16/fp16 GEMM write (or add) into an fp32 tensor in place here
     (``torch.mm`` / ``torch.addmm`` with ``out_dtype`` and ``out=``; CUDA)? Then the weight
     gradient accumulates inside the GEMM, with no per-chunk product to round and add. Checked
-    once on a small problem against the plain path; anything else falls back."""
+    once on a small problem against the plain path; anything else falls back.
+
+    The first call usually comes from a compile (the memory analyses ask for the op's
+    workspace), where a fake mode is active: the check runs on real tensors, or it would
+    fail there and its cached answer would turn the fast path off for the process (it did on
+    the H200, torch 2.11, where the GEMMs work: session 8)."""
     if device_type != "cuda":
         return False
+    from .. import compat
+
+    with compat.real_tensors():
+        return _fp32_out_gemm_works(device_type)
+
+
+def _fp32_out_gemm_works(device_type: str) -> bool:
     try:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        a = torch.randn(64, 48, generator=g, device="cuda").to(torch.bfloat16)
-        b = torch.randn(48, 40, generator=g, device="cuda").to(torch.bfloat16)
-        acc = torch.randn(64, 40, generator=g, device="cuda")
+        g = torch.Generator(device=device_type).manual_seed(0)
+        a = torch.randn(64, 48, generator=g, device=device_type).to(torch.bfloat16)
+        b = torch.randn(48, 40, generator=g, device=device_type).to(torch.bfloat16)
+        acc = torch.randn(64, 40, generator=g, device=device_type)
         want = acc + a.float() @ b.float()
         out = acc.clone()
         torch.addmm(out, a, b, out_dtype=torch.float32, out=out)
-        prod = torch.empty(64, 40, device="cuda")
+        prod = torch.empty(64, 40, device=device_type)
         torch.mm(a, b, out_dtype=torch.float32, out=prod)
         return bool(torch.allclose(out, want, rtol=1e-4, atol=1e-4)
                     and torch.allclose(prod, a.float() @ b.float(), rtol=1e-4, atol=1e-4))

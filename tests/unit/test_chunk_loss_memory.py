@@ -236,3 +236,26 @@ def test_the_cuda_paths_peak_is_the_counted_workspace():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "cuda paths ok" in done.stdout, done.stderr[-4000:]
+
+
+def test_fp32_gemm_check_runs_on_real_tensors_inside_a_compile(monkeypatch):
+    """The check is first asked for while a compile's fake mode is active; it must see real
+    tensors there, or its cached answer is False for the process (session 8, H200)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    seen = []
+
+    def check(device_type):
+        seen.append(isinstance(torch.ones(2), FakeTensor))
+        return True
+
+    monkeypatch.setattr(lce, "_fp32_out_gemm_works", check)
+    lce.fp32_out_gemm.cache_clear()
+    try:
+        with FakeTensorMode():
+            assert isinstance(torch.ones(2), FakeTensor)
+            assert lce.fp32_out_gemm("cuda") is True
+        assert seen == [False]
+        assert lce.fp32_out_gemm("cpu") is False  # no such GEMM on the CPU: not asked
+    finally:
+        lce.fp32_out_gemm.cache_clear()
