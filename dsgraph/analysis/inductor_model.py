@@ -403,25 +403,59 @@ def _view_state(r: tuple, key, step, compose) -> tuple:
 def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
     """A pointwise or reduction kernel writes its output into a buffer it loads element
     for element, of the same bytes, whose last use it is (Inductor's in-place update;
-    donated graph inputs included). The two are then one block of memory."""
+    donated graph inputs included). The two are then one block of memory.
+
+    Inductor's rule (``decide_inplace_update``): the buffer's users left once those that
+    already ran and the writer's own ancestors are set aside must be the writer alone, and
+    every access to the buffer inside the fused kernel must be at the writer's index. So the
+    reductions that read the logits before the loss gradient overwrites them (amax, the sum
+    of exponentials, fused into the same kernel, ancestors of the gradient) do not stop it;
+    a sibling in the same kernel that is not an ancestor does. Only reductions are set aside
+    so far (see ``only_writer_left``)."""
     buffers = run.buffers
     made_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):
         if b.kernel >= 0:
             made_at.setdefault(b.kernel, []).append(k)
     root = list(range(len(buffers)))
-    # a buffer is written over only by its one reader (``remaining_uses == 1``: fused
-    # kernels count each member that reads it)
-    reader_count: dict[int, int] = {}
-    for loaded in reads:
+    readers: dict[int, list[int]] = {}  # buffer -> the kernels that load it
+    for s, loaded in enumerate(reads):
         for b in {b for b, _ in loaded}:
-            reader_count[b] = reader_count.get(b, 0) + 1
+            readers.setdefault(b, []).append(s)
 
     def find(k: int) -> int:
         while root[k] != k:
             root[k] = root[root[k]]
             k = root[k]
         return k
+
+    def is_ancestor(a: int, w: int) -> bool:
+        """Is node ``a`` an ancestor of node ``w``? (node ids are in graph order)"""
+        stack, seen = [w], {w}
+        while stack:
+            for j in g.ins[stack.pop()]:
+                if j == a:
+                    return True
+                if j > a and j not in seen:
+                    seen.add(j)
+                    stack.append(j)
+        return False
+
+    def only_writer_left(r: int, step: int, at: int) -> bool:
+        writer = run.kernels[step]
+        for s in readers.get(r, ()):
+            if s == step or position[s] < at:  # the writer, or a kernel that already ran
+                continue
+            if position[s] > at:
+                return False
+            # in the writer's fused kernel: a reduction the writer depends on, reading it at
+            # the writer's index (the case checked against Inductor; other ancestors that
+            # read it, pointwise ones, were emulated in place where Inductor was not, on a
+            # gated network's backward: not yet traced, so not taken)
+            if (run.kinds[s] != REDUCTION or any(key is not None for b, key in reads[s] if b == r)
+                    or not is_ancestor(run.kernels[s], writer)):
+                return False
+        return True
 
     for step in sorted(range(len(run.kernels)), key=position.__getitem__):
         if run.kinds[step] not in (POINTWISE, REDUCTION, SCATTER, CAT):
@@ -435,7 +469,7 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positi
                 cand = buffers[r]
                 if cand.end != at or cand.output or cand.nbytes != out.nbytes or r == k or cand.removed:
                     continue
-                if reader_count.get(r, 0) > 1 and cand.reused_by < 0:
+                if cand.reused_by < 0 and not only_writer_left(r, step, at):
                     continue
                 if cand.input and cand.node not in g.donated:
                     continue
