@@ -3,6 +3,7 @@ same region and against eager's unfused ops, with bytes moved and achieved bandw
 
     python -m benchmarks.lowering --json $OUT/lowering.json            # H200: every case
     python -m benchmarks.lowering --cases gelu_bwd,bucket_epilogue      # some of them
+    python -m benchmarks.lowering --cases layer_norm,rms_norm --sweep    # and every one-tile config alone
     python -m benchmarks.lowering --asm --json asm.json                  # any machine: sm_90 code
 
 Each case is a function of aten ops that forms exactly one region (checked), at sizes where
@@ -291,6 +292,53 @@ def measure(built: Built, repeats: int, copy_bw: float) -> dict:
     return out
 
 
+def tile_sweep(built: Built, repeats: int, copy_bw: float, device: str = "cuda", tiny: bool = False,
+               bench=None) -> list[dict]:
+    """A one-tile reduction at full size: every GPU config of its tile width timed on its own
+    (the kernel launched directly and replayed in a CUDA graph: no launcher cost), with its
+    outputs checked against eager. What the autotuner chose between, config by config.
+    (``device``, ``tiny``, ``bench``: the CPU test runs it on the interpreter, untimed.)"""
+    import triton
+
+    from dsgraph.lowering import kernels
+
+    if bench is None:
+        from triton.testing import do_bench_cudagraph as bench
+    case, compiled = built.case, built.compiled
+    ir = compiled.ir
+    planned = built.plan.regions[0]
+    inputs = case.inputs(device, tiny, seed=3)
+    before = [t.clone() for t in inputs]
+    tensors = [inputs[i] for i in built.binding_index]
+    full, outs = kernels.allocate_outputs(ir, tensors)
+    plan = kernels.launch_plan(ir, tensors, outs, full, [])
+    if plan.form != "tile" or any(s.param is not None for s in ir.stores):
+        return []
+    region = planned.region
+    gm_outputs = region.nodes[0].graph.output_node().args[0]
+    gm_outputs = list(gm_outputs) if isinstance(gm_outputs, (tuple, list)) else [gm_outputs]
+    by_node = dict(zip(region.outputs, outs))
+    fn = compiled.jit("tile")
+    rows = []
+    for block_m, tiles, warps in kernels.tile_configs(plan.block_n):
+        grid = (triton.cdiv(plan.m, block_m * tiles),)
+
+        def run():
+            fn[grid](*plan.args, BLOCK_M=block_m, ROWS=tiles, BLOCK_N=plan.block_n, num_warps=warps)
+
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        err = error(case, [by_node[n] for n in gm_outputs if n in by_node], before)
+        us = statistics.median(bench(run, rep=100, return_mode="median") for _ in range(repeats)) * 1e3
+        gbps = planned.bytes_moved / (us * 1e-6) / 1e9
+        rows.append({"config": [block_m, tiles, warps], "us": round(us, 1), "GBps": round(gbps, 1),
+                     "of_copy": round(gbps * 1e9 / copy_bw, 3), "error": err})
+        print(f"  {case.name} tile (BLOCK_M, ROWS, warps) = {(block_m, tiles, warps)}: {us:.1f} us, "
+              f"{gbps * 1e9 / copy_bw:.2f} of copy, error {err:.3f} of allowed", flush=True)
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     head = ("case", "MB", "dsgraph us", "via Inductor us", "Inductor us", "eager us", "dsgraph/copy", "vs Inductor")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
@@ -319,10 +367,7 @@ def asm_rows(cases: list[Case]) -> list[dict]:
         full, outs = kernels.allocate_outputs(planned.ir, tensors)
         plan = kernels.launch_plan(planned.ir, tensors, outs, full, [])
         if plan.form == "tile":
-            configs = []
-            for elements, warps in kernels.GPU_TILE_CONFIGS:
-                if (max(1, elements // plan.block_n), warps) not in configs:
-                    configs.append((max(1, elements // plan.block_n), warps))
+            configs = kernels.tile_configs(plan.block_n)  # (BLOCK_M, ROWS, num_warps)
         else:
             configs = kernels.GPU_CONFIGS["flat" if plan.form == "flat" else planned.ir.kind]
         for config in configs:
@@ -333,14 +378,16 @@ def asm_rows(cases: list[Case]) -> list[dict]:
 
 
 def asm_table(rows: list[dict]) -> str:
-    head = ("case", "form", "config", "loads vector/scalar", "stores vector/scalar", "int div", "SASS per element",
-            "registers", "spills")
+    head = ("case", "form", "config", "loads vector/scalar (SASS LDG)", "stores vector/scalar", "int div",
+            "SASS per element", "registers", "spills", "programs/SM", "KB in flight/SM")
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
+        kb = "-" if not r.get("in_flight_per_sm") else f"{r['in_flight_per_sm'] / 1024:.0f}"
         lines.append(" | ".join([r["case"], r["form"], str(tuple(r["config"])),
-                                 f"{r['vector_loads']}/{r['scalar_loads']}", f"{r['vector_stores']}/{r['scalar_stores']}",
+                                 f"{r['vector_loads']}/{r['scalar_loads']} ({r['sass_loads']})",
+                                 f"{r['vector_stores']}/{r['scalar_stores']}",
                                  str(r["int_divisions"]), f"{r['per_element']:.1f}", str(r["registers"]),
-                                 str(r["spills"])]))
+                                 str(r["spills"]), str(r["programs_per_sm"]), kb]))
     return "\n".join(lines)
 
 
@@ -351,6 +398,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="do_bench runs per variant (median of medians)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, Triton's interpreter, no timing")
     parser.add_argument("--asm", action="store_true", help="no GPU needed: the sm_90 code of each case's kernel")
+    parser.add_argument("--sweep", action="store_true",
+                        help="GPU: also time every one-tile config of the reductions on its own (CUDA graph)")
     args = parser.parse_args(argv)
     if args.asm:
         import triton
@@ -392,6 +441,8 @@ def main(argv=None) -> int:
             case_start = time.perf_counter()
             built = build(case, "cuda")
             row = measure(built, args.repeats, copy_bw)
+            if args.sweep:
+                row["tile_sweep"] = tile_sweep(built, args.repeats, copy_bw)
             row["seconds"] = round(time.perf_counter() - case_start, 1)  # compiles and autotuning included
             result["cases"].append(row)
             result["seconds"] = round(time.perf_counter() - start, 1)
@@ -404,7 +455,8 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     bad = [c["case"] for c in result["cases"]
-           if max(c.get(k, 0) for k in ("error_vs_allowed", "dsgraph_error", "dsgraph_inductor_error")) > 1]
+           if max([c.get(k, 0) for k in ("error_vs_allowed", "dsgraph_error", "dsgraph_inductor_error")]
+                  + [t["error"] for t in c.get("tile_sweep", [])]) > 1]
     if bad:
         print(f"outputs differ from eager beyond the rule: {bad}", file=sys.stderr)
         return 1

@@ -47,6 +47,21 @@ def test_dry_run_writes_json(tmp_path):
     assert all(c["error_vs_allowed"] <= 1.0 and c["kernel"].startswith("dsg_") for c in data["cases"])
 
 
+def test_tile_sweep_runs_every_gpu_tile_config_against_eager():
+    """--sweep on the GPU times each one-tile config alone; here (interpreter, tiny sizes, a
+    stand-in for the timer) every config the GPU autotuner has for the tile width runs and
+    matches eager, the multi-tile ones (next tile loaded while one computes) included."""
+    from dsgraph.lowering import kernels
+
+    for name in ("layer_norm", "rms_norm", "softmax"):
+        case = next(c for c in bench.CASES if c.name == name)
+        built = bench.build(case, "cpu", tiny=True)
+        rows = bench.tile_sweep(built, 1, 1e12, device="cpu", tiny=True, bench=lambda fn, **kw: 1.0)
+        assert [tuple(r["config"]) for r in rows] == kernels.tile_configs(64), name  # 37 columns
+        assert any(r["config"][1] > 1 for r in rows)
+        assert all(r["error"] <= 1.0 for r in rows), (name, rows)
+
+
 def test_the_autotuned_entry_point_is_what_the_launcher_picks():
     for case in bench.CASES:
         built = bench.build(case, "cpu", tiny=True)
