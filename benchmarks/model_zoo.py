@@ -216,9 +216,8 @@ def stock_peak(model: nn.Module, inputs: tuple) -> int:
     probe = copy.deepcopy(model)
     dsgraph.clear_reports()
     torch._dynamo.reset()
-    try:
-        loss = torch.compile(probe, backend="dsgraph", options={"memory_budget": _UNBOUNDED})(*inputs)
-        loss.backward()
+    try:  # no loss kept: its autograd graph holds the probe's parameters past the collect below
+        torch.compile(probe, backend="dsgraph", options={"memory_budget": _UNBOUNDED})(*inputs).backward()
     finally:
         del probe
         _collect()
@@ -233,15 +232,20 @@ def full_options(model: nn.Module, inputs: tuple, stock: int | None = None) -> d
     for _ in range(4):  # with graph breaks, each piece may raise the budget once
         probe = copy.deepcopy(model)
         torch._dynamo.reset()
+        # Neither the loss nor the BudgetError is kept: the loss's autograd graph holds the
+        # probe's parameters, and the error's traceback holds the compile's frames, whose
+        # inputs are those parameters. Kept as locals, both probes outlived the collect
+        # below and were still allocated (in the gradient pool too) when the measured
+        # copy compiled.
         try:
-            loss = torch.compile(probe, backend="dsgraph", options=options)(*inputs)
-            loss.backward()
+            torch.compile(probe, backend="dsgraph", options=options)(*inputs).backward()
             return options
         except Exception as e:  # noqa: BLE001 - torch wraps the backend's error
             error = find_cause(e, BudgetError)
             if error is None:
                 raise
             options["memory_budget"] = error.smallest_feasible
+            del error
         finally:
             del probe
             _collect()

@@ -72,6 +72,29 @@ def measure(layers: int, device: str, batch: int, seq: int) -> dict:
     return row
 
 
+def profile(layers: int, device: str, batch: int, seq: int, executor: str, out: str) -> None:
+    """cProfile of plan_checkpoint at the three budgets (stock-met, smallest, halfway)."""
+    import cProfile
+    import pstats
+
+    joint = capture(layers, device, batch, seq)
+    args = (joint.gm, joint.joint_inputs, joint.kwargs)
+    prof = cProfile.Profile()
+    prof.enable()
+    loose = plan_checkpoint(*args, 1 << 50, executor=executor)
+    try:
+        plan_checkpoint(*args, 1, executor=executor)
+        smallest = loose.stock_peak
+    except BudgetError as e:
+        smallest = e.smallest_feasible
+    plan_checkpoint(*args, (loose.stock_peak + smallest) // 2, executor=executor)
+    prof.disable()
+    prof.dump_stats(out)
+    stats = pstats.Stats(prof).sort_stats("cumulative")
+    stats.print_stats(45)
+    stats.sort_stats("tottime").print_stats(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", default="12,24,48")
@@ -79,7 +102,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", default=None, metavar="OUT",
+                        help="instead of the table: cProfile the three plans of the first --layers depth "
+                             "and --executor, write the stats to OUT and print the top functions")
+    parser.add_argument("--executor", default="inductor", choices=("inductor", "fx"))
     args = parser.parse_args()
+    if args.profile:
+        profile(int(args.layers.split(",")[0]), args.device, args.batch, args.seq, args.executor, args.profile)
+        return
     rows = [measure(int(n), args.device, args.batch, args.seq) for n in args.layers.split(",")]
     print("| layers | joint nodes | stock min-cut s | plan s (inductor: stock / mid / smallest) | "
           "plan s (fx: stock / mid / smallest) | segments | exact evaluations |")

@@ -39,6 +39,14 @@ def main(argv: list[str] | None = None) -> None:
     model = GPT(cfg).to(args.device)
     ids = torch.randint(0, cfg.vocab, (args.batch, cfg.seq), device=args.device)
     inputs = (ids, ids.clone())
+    compare(model, inputs, args.json)
+
+
+def compare(model, inputs, json_path: str | None = None) -> dict:
+    """The stock partition and the planner's smallest plan of ``model``'s bf16 step, each
+    compiled through Inductor to code generation: the planner's prediction against
+    Inductor's own plan (``error``), where each peaks and the largest buffers live there.
+    Written to ``json_path`` after each partition when given."""
     j = truth.capture_joint(model, inputs, autocast=torch.bfloat16)
     static = j.kwargs.get("static_lifetime_input_indices") or []
     joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], static)
@@ -73,8 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         }
         print(label, {k: out[label][k] for k in ("predicted_peak", "model_peak_of_saved", "inductor_peak", "error")},
               flush=True)
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=str)
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(out, f, indent=1, default=str)
+    return out
 
 
 if __name__ == "__main__":

@@ -96,6 +96,27 @@ class DeviceRates:
 H200 = DeviceRates()
 # what generated kernels reach on the H200 (FACTS.md): used to price recomputation
 H200_CALIBRATED = DeviceRates(memory_efficiency=1 / 3)
+# dsgraph's own Triton kernels for recomputed chains and norms, launched by Inductor as
+# user-defined kernels (``lower_triton``), as measured on the H200: bytes moved and
+# microseconds through Inductor of the memory-bound cases of ``benchmarks.lowering``
+# (docs/results/2026-12-01-h200-s6-lowering.json: gelu_fwd, gelu_bwd, layer_norm,
+# rms_norm, softmax); the fit gives about 0.85 of the copy bandwidth
+LOWERED_KERNELS_H200 = (
+    KernelSample(402_653_184, 0, 107.71e-6), KernelSample(301_989_888, 0, 81.25e-6),
+    KernelSample(268_599_296, 0, 91.65e-6), KernelSample(268_451_840, 0, 72.64e-6),
+    KernelSample(536_870_912, 0, 132.83e-6),
+)
+H200_LOWERED = H200.calibrate(list(LOWERED_KERNELS_H200))
+
+
+def recompute_rates(device_type: str, lowered: bool) -> DeviceRates:
+    """What recomputation is priced with: on a GPU, the bandwidth Inductor's generated
+    kernels reach (a third of the copy bandwidth), or dsgraph's lowered kernels' when
+    ``lower_triton`` will run the recomputed chains through Inductor; elsewhere the
+    uncalibrated rates (the CPU's own are not modelled: plans stay comparable)."""
+    if device_type != "cuda":
+        return H200
+    return H200_LOWERED if lowered else H200_CALIBRATED
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,9 @@ class EmulatedGraph:
     getitem_index: dict
     realizing_users: Sequence[bool]
     donated: frozenset = frozenset()
-    pointwise_users: Sequence[bool] = ()  # every user of node i is pointwise (through views)
+    # every user of node i is pointwise (through views); StepModel fills it for the
+    # two-input adds, the nodes ``_addmm_patterns`` asks about
+    pointwise_users: Sequence[bool] | dict = ()
 
 
 @dataclass

@@ -106,6 +106,10 @@ class StepModel:
         self.impure = [n.op == "call_function" and n.is_impure() for n in nodes]
         self.getitem_index = {i: n.args[1] for i, n in enumerate(nodes) if n.target is operator.getitem}
         self.is_getitem = [n.target is operator.getitem for n in nodes]
+        self.is_call = [n.op == "call_function" for n in nodes]
+        # a pointwise op (``is_pointwise_use``'s test of the target)
+        self.pointwise_target = [n.op == "call_function" and compat.is_op(n.target)
+                                 and torch.Tag.pointwise in n.target.tags for n in nodes]
         # Inductor's view of each node
         if device_type is None:
             device_type = _device_type(nodes)
@@ -390,29 +394,39 @@ class StepModel:
         users = {}
         realizing = {}
         pointwise = {}
+        all_users = self.users
+        info = self.info
+        memo: dict[tuple[int, int], bool] = {}
         for i in members:
-            us = [u for u in self.users[i] if u in members]
+            us = [u for u in all_users[i] if u in members]
             users[i] = len(set(us)) + (1 if i in output_set else 0)
-            realizing[i] = any(self.info[u].realizes_inputs for u in us)
-            pointwise[i] = i not in output_set and all(self._pointwise_use(u, members) for u in us)
+            realizing[i] = any(info[u].realizes_inputs for u in us)
+            if info[i].name == "add" and len(self.ins[i]) == 2:  # all the addmm pattern asks about
+                pointwise[i] = i not in output_set and all(self._pointwise_use(u, members, 0, memo) for u in us)
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
                              frozenset(donated), pointwise)
 
-    def _pointwise_use(self, u: int, members: set[int], depth: int = 0) -> bool:
-        """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are."""
-        node = self.nodes[u]
-        if node.op != "call_function" or depth > 8:
-            return False
-        if self.info[u].kind in (VIEW, GETITEM):
-            return all(self._pointwise_use(w, members, depth + 1) for w in self.users[u] if w in members)
-        target = node.target
-        return compat.is_op(target) and torch.Tag.pointwise in target.tags
+    def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
+        """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
+        ``memo``: answers already found for these ``members``, by (node, depth)."""
+        key = (u, depth)
+        found = memo.get(key)
+        if found is None:
+            if depth > 8 or not self.is_call[u]:
+                found = False
+            elif self.info[u].kind in (VIEW, GETITEM):
+                found = all(self._pointwise_use(w, members, depth + 1, memo) for w in self.users[u] if w in members)
+            else:
+                found = self.pointwise_target[u]
+            memo[key] = found
+        return found
 
     def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None) -> StepPeak:
         saved_out = [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
         fw_outputs = list(dict.fromkeys(self.fwd_outputs + saved_out))
         fw_run = emulate(self._graph(fw_order, fw_inputs, fw_outputs), self.rules)
-        bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in set(bw_order) for u in self.users[t]))
+        bw_members = set(bw_order)
+        bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in bw_members for u in self.users[t]))
         donated = {i for i in saved_out if self.storage_of[i] not in self.primal_storages}
         bw_run = emulate(self._graph(bw_order, bw_inputs, self.bwd_outputs, donated), self.rules)
         steps, fw0, bw0, end = self._clock(fw_run.kernels, bw_run.kernels)
@@ -420,6 +434,8 @@ class StepModel:
         user_out = set(self.fwd_outputs)
         # saved value -> last backward step reading it (its buffer in the backward)
         bw_last = bw_run.input_last
+        # saved values whose backward input buffer is a backward output
+        bw_input_outputs = {b.node for b in bw_run.buffers if b.input and b.output}
         fw_buffer_saved: dict[int, list[int]] = {}
         for node, b in fw_run.output_buffers.items():
             fw_buffer_saved.setdefault(b, []).append(node)
@@ -434,7 +450,7 @@ class StepModel:
                 uses = [bw_last.get(n, -1) for n in nodes]
                 last = max(uses)
                 stop = end if last >= len(bw_run.kernels) else bw0 + max(last, 0)
-                if any(bw_run.buffers[k].output for k in _input_buffers(bw_run, nodes)):
+                if any(n in bw_input_outputs for n in nodes):
                     stop = end
             else:
                 stop = fw0 + max(b.end, b.start)
@@ -457,10 +473,6 @@ class StepModel:
                 labels.append(f"backward:{self.nodes[b.node].name}")
         return self._result(INDUCTOR, intervals, steps, fw_run.kernels, bw_run.kernels, used_saved, recomputed,
                             labels)
-
-
-def _input_buffers(run, nodes) -> list[int]:
-    return [k for k, b in enumerate(run.buffers) if b.input and b.node in nodes]
 
 
 def _device_type(nodes: list[Node]) -> str:

@@ -16,6 +16,7 @@ from .functorch import (
     extract_partition,
     fx_graph_cse,
     make_boxed,
+    min_cut_partition_if,
     min_cut_saved_names,
 )
 from .fx import (
@@ -66,6 +67,7 @@ from .version import SUPPORTED, TORCH_VERSION, check_version
 
 __all__ = [
     "CodegenOnly", "inductor_codegen_only", "inductor_registries", "inductor_rules", "min_cut_saved_names",
+    "min_cut_partition_if",
     "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
     "arena_inductor_patches", "at_backward_end", "graph_task_id", "collective_order_patches", "control_deps_op", "group_name",
     "pin_collectives", "real_tensors", "wait_tensor_op",

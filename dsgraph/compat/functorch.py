@@ -85,22 +85,41 @@ def min_cut_saved_names(gm: torch.fx.GraphModule, joint_inputs: Sequence[object]
     """Names of the values Inductor's min-cut partitioner would save, without building its
     forward and backward modules (most of its time on a large graph): the partitioner runs
     on a copy and stops when it hands its choice to ``_extract_fwd_bwd_modules``. Values the
-    backward turns out not to read are dropped by the extraction; callers drop them too.
-    Checked on torch 2.13 (``torch._functorch.partitioners``)."""
+    backward turns out not to read are dropped by the extraction; callers drop them too."""
+    return min_cut_partition_if(gm, joint_inputs, lambda names: False, **kwargs)[0]
+
+
+def min_cut_partition_if(gm: torch.fx.GraphModule, joint_inputs: Sequence[object], keep: Callable[[list[str]], bool],
+                         **kwargs: Any):
+    """Inductor's min-cut partition of a copy of ``gm``, run once: when it has chosen what
+    to save, ``keep(names)`` (the names ``min_cut_saved_names`` returns) decides whether
+    it goes on to build its forward and backward modules. Returns ``(names, (fw, bw))``
+    when ``keep`` said yes (exactly what ``default_partition`` on a copy returns), else
+    ``(names, None)`` without building them. Checked on torch 2.13
+    (``torch._functorch.partitioners``)."""
     from torch._functorch import partitioners as P
 
     original = P._extract_fwd_bwd_modules
+    chosen: list[list[str]] = []
 
-    def stop(joint_module, saved_values, saved_sym_nodes=(), *args, **kw):
-        raise _MinCutChoice([n.name for n in list(saved_values) + list(saved_sym_nodes or [])])
+    def decide(joint_module, saved_values, *args, **kw):
+        sym = kw.get("saved_sym_nodes", args[0] if args else ())
+        names = [n.name for n in list(saved_values) + list(sym or [])]
+        chosen.append(names)
+        if not keep(names):
+            raise _MinCutChoice(names)
+        P._extract_fwd_bwd_modules = original
+        return original(joint_module, saved_values, *args, **kw)
 
-    P._extract_fwd_bwd_modules = stop
+    P._extract_fwd_bwd_modules = decide
     try:
         from .fx import copy_graph_module
 
-        default_partition(copy_graph_module(gm), joint_inputs, **kwargs)
+        modules = default_partition(copy_graph_module(gm), joint_inputs, **kwargs)
     except _MinCutChoice as choice:
-        return choice.names
+        return choice.names, None
     finally:
         P._extract_fwd_bwd_modules = original
-    raise RuntimeError("the min-cut partitioner returned without choosing what to save")
+    if not chosen:
+        raise RuntimeError("the min-cut partitioner returned without choosing what to save")
+    return chosen[0], modules

@@ -108,9 +108,16 @@ def dsgraph_backend(
                 if session.attempt >= again.max_compiles:
                     raise PassFailure(again.pass_name, compile_id, [], RuntimeError(
                         f"asked for compile {session.attempt + 1} of at most {again.max_compiles}")) from e
-            log.info("%s: %s; compile %d", compile_id, again, session.attempt + 1)
+                # keep what the next compile needs, not the exception: its traceback holds this
+                # frame and session.compile's, whose example_inputs are the model's real
+                # parameters; kept as a local, it made a cycle that outlived the compile and
+                # took two gc.collect() passes to free (the model stayed allocated after
+                # del + torch._dynamo.reset() + gc.collect())
+                pass_name, carry, reason = again.pass_name, again.carry, str(again)
+                del again
+            log.info("%s: %s; compile %d", compile_id, reason, session.attempt + 1)
             _discard(session, config, compile_id)
-            state = CompileState(attempt=session.attempt + 1, carry={**session.state.carry, again.pass_name: again.carry})
+            state = CompileState(attempt=session.attempt + 1, carry={**session.state.carry, pass_name: carry})
             session = CompileSession(config, compile_id, patches, state)
             gm = compat.copy_graph_module(pristine)
     except Exception as e:
@@ -124,12 +131,14 @@ def dsgraph_backend(
             log.error("%s: pass '%s' failed; not compiling without dsgraph's passes because the pipeline "
                       "holds %s, which the step needs", compile_id, failure.pass_name, required)
             raise
+        reason = str(failure)
         if session.captured is not None:
-            session.captured.fallback = str(failure)
+            session.captured.fallback = reason
         _warn_once(failure)
         log.warning("%s: pass '%s' failed; compiling this graph without dsgraph's passes", compile_id,
                     failure.pass_name)
-        return _compile_stock(pristine, example_inputs, config, compile_id, patches, failure)
+        del failure  # its traceback holds this frame: not kept as a local (see the Recompile handler)
+        return _compile_stock(pristine, example_inputs, config, compile_id, patches, reason)
     _publish(session, config)
     log.info("%s: dsgraph compiled in %.1f s%s", compile_id, time.perf_counter() - start, _summary(session))
     return compiled
@@ -156,7 +165,7 @@ def _discard(session: CompileSession, config: CompileConfig, compile_id: str) ->
         dumps.remove_graph_dirs(config.dump_dir, compile_id)
 
 
-def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, patches, failure: PassFailure):
+def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, patches, reason: str):
     stock = CompileConfig(
         options=dataclasses.replace(config.options, arena=False),  # stock: no dsgraph rewrite
         pipeline=Pipeline(()),
@@ -168,7 +177,7 @@ def _compile_stock(gm, example_inputs, config: CompileConfig, compile_id: str, p
     session = CompileSession(stock, compile_id, patches)
     compiled = session.compile(gm, example_inputs)
     for r in session.reports:
-        r.fallback = str(failure)
+        r.fallback = reason
     _publish(session, stock)
     return compiled
 

@@ -102,6 +102,18 @@ def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int
         DsgraphBudgetWarning, stacklevel=2)
 
 
+def lowers_recomputation(lower_triton, executor: str) -> bool:
+    """Will ``lower_triton`` run the recomputed chains as dsgraph's own kernels inside
+    Inductor's code (so recomputation costs what those kernels measured)? Its selections
+    ``tagged`` (the default: the partition tags recomputed nodes), ``recomputed`` and ``all``
+    take them; FX execution launches the kernels from Python and ``opaque=1`` keeps them
+    out of Inductor's wrapper, slower (docs/BENCHMARKS.md), so those keep the generated
+    kernels' price."""
+    if lower_triton is None or executor != "inductor" or lower_triton.arg("opaque") == "1":
+        return False
+    return (lower_triton.arg("select") or "tagged") in ("tagged", "recomputed", "all")
+
+
 def run(gm, ctx: PassContext) -> PassResult:
     budget = ctx.args.get("budget")
     if budget is None:
@@ -123,7 +135,8 @@ def run(gm, ctx: PassContext) -> PassResult:
                                                           allreduce.arg("compress") or "none")
     # a compile after Inductor's plan overran the budget plans with the overrun reserved
     plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight,
-                           margin=ctx.carry or 0, executor=ctx.config.executor)
+                           margin=ctx.carry or 0, executor=ctx.config.executor,
+                           lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"), ctx.config.executor))
     apply_checkpoint(plan, ctx)
     ctx.dump_text("checkpoint.md", plan.text())
     ctx.report(**{f"checkpoint_{k}": v for k, v in plan.stats().items()})

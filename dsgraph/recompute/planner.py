@@ -23,6 +23,8 @@ below, with what sets it (``bounds``).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -30,7 +32,7 @@ from typing import Sequence
 from torch.fx import GraphModule, Node
 
 from .. import compat
-from ..analysis.cost_model import H200, H200_CALIBRATED, CostModel, DeviceRates
+from ..analysis.cost_model import CostModel, DeviceRates, recompute_rates
 from ..analysis.inductor_ops import EXTERN, REDUCTION
 from ..analysis.lifetimes import bytes_of, storage_key, storage_nbytes
 from ..analysis.step_model import FX, INDUCTOR, StepModel
@@ -160,34 +162,65 @@ def _held(joint: JointGraph, model: StepModel) -> set[Node]:
 def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
-    rates: DeviceRates | None = None,
+    rates: DeviceRates | None = None, lowered: bool = False,
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
     Inductor's plan of the first overran it). ``executor``: ``"inductor"`` or ``"fx"``,
     what will run the graphs (the peaks are predicted for it). ``rates``: what
     recomputation is priced with (default: the H200's, with generated kernels at the
-    bandwidth measured there for graphs on a GPU)."""
+    bandwidth measured there for graphs on a GPU; ``lowered``: the recomputed chains will
+    run as dsgraph's lowered kernels, priced at their measured bandwidth)."""
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
+    with _gc_paused():
+        return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates,
+                     lowered)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector off while planning: the planner allocates millions of
+    small objects over a heap of FX graphs and fake tensors, and the collections this sets
+    off took a quarter to a third of its time (24-layer GPT, CPU). Nothing the planner
+    computes depends on it; what it leaves behind is collected once it is back on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
+          resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
+          lowered: bool) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
-    # what the min-cut saves, without building its graphs (they are built below only if
-    # the stock partition is the plan)
-    stock_names = set(compat.min_cut_saved_names(gm, joint_inputs, **partition_kwargs))
-    stock = {n for n in joint.forward if n.name in stock_names}
     model = StepModel(gm, partition_kwargs["num_fwd_outputs"], static, external=external_bytes(joint) + extra_external)
     by_name = {n.name: n for n in gm.graph.nodes}
-    stock_ids = [model.index[by_name[name]] for name in stock_names if name in by_name]
-    stock_peak = model.evaluate(stock_ids, executor, sink=False).peak
+    stock_peaks: list[int] = []
+
+    def stock_meets_budget(names: list[str]) -> bool:
+        stock_ids = [model.index[by_name[name]] for name in set(names) if name in by_name]
+        stock_peaks.append(model.evaluate(stock_ids, executor, sink=False).peak)
+        return stock_peaks[0] + margin <= budget
+
+    # Inductor's min-cut, run once: what it saves decides the stock peak, and its forward
+    # and backward graphs are built only if the stock partition is the plan
+    names, stock_graphs = compat.min_cut_partition_if(gm, joint_inputs, stock_meets_budget, **partition_kwargs)
+    stock_names = set(names)
+    stock = {n for n in joint.forward if n.name in stock_names}
+    stock_peak = stock_peaks[0]
     if rates is None:
-        rates = H200_CALIBRATED if model.device_type == "cuda" else H200
+        rates = recompute_rates(model.device_type, lowered)
     costs = CostModel(gm, rates)
     held = _held(joint, model)
     fused = executor == INDUCTOR
-    if stock_peak + margin <= budget:
-        stock_fw, stock_bw = compat.default_partition(compat.copy_graph_module(gm), joint_inputs, **partition_kwargs)
+    if stock_graphs is not None:
+        stock_fw, stock_bw = stock_graphs
         recomputed = [n for n in stock_bw.graph.nodes if n.op == "call_function" and n.name in by_name
                       and by_name[n.name] in joint.position]
         plan = CheckpointPlan(

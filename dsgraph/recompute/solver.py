@@ -118,14 +118,20 @@ def pareto_dp(options_at: list[list[Terms]], const: int, resolution: int = 1, fi
             if target > m:
                 continue
             best = buckets[target]
+            charge, charge_after_out = t.charge(False), t.charge(True)  # by the previous option's saves_out
+            forward, backward, seconds, saves_out = t.forward, t.backward, t.seconds, t.saves_out
             for s, mx, sec, back, prev_out in states:
-                s2 = s + t.charge(prev_out)
-                m2 = max(mx, s + t.forward, s2 + t.backward)
-                sec2 = sec + t.seconds
-                key = (s2 // resolution, m2 // resolution, t.saves_out)
+                s2 = s + (charge_after_out if prev_out else charge)
+                m2 = mx
+                if s + forward > m2:
+                    m2 = s + forward
+                if s2 + backward > m2:
+                    m2 = s2 + backward
+                sec2 = sec + seconds
+                key = (s2 // resolution, m2 // resolution, saves_out)
                 old = best.get(key)
                 if old is None or (sec2, m2, s2) < (old[2], old[1], old[0]):
-                    best[key] = (s2, m2, sec2, (back, t_index), t.saves_out)
+                    best[key] = (s2, m2, sec2, (back, t_index), saves_out)
     points = []
     for s, mx, sec, back, _ in _prune(list(buckets[m].values())):
         choice = []

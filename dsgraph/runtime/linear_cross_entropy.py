@@ -29,9 +29,9 @@ gradients are accumulated in fp32.
 The per-chunk softmax work runs as a Triton kernel on CUDA when Triton is installed
 (``linear_cross_entropy_triton``: two reads of the chunk's logits and one write of their
 gradient, in place); otherwise as torch ops (CPU, and the reference the kernel is tested
-against). ``workspace_bytes`` is what the op allocates for itself while it runs (chunk
-buffers, casts, accumulators; its outputs excluded); the memory analyses add it at the op's
-node (``dsgraph.analysis.workspace``).
+against). ``workspace_bytes`` is what the op holds at its peak besides its outputs (chunk
+buffers, casts, accumulators, the small vectors and scalars), to the byte; the memory
+analyses add it at the op's node (``dsgraph.analysis.workspace``).
 """
 
 from __future__ import annotations
@@ -67,45 +67,59 @@ def chunk_rows_torch(logits: torch.Tensor, targets: torch.Tensor, scale: torch.T
                      label_smoothing: float, want_grad: bool, acc: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-row losses (``acc`` dtype, 0 for ignored rows) of ``logits`` (n, V) and, when
     ``want_grad``, the logits' gradient for an upstream gradient ``scale`` per valid row
-    (in ``logits.dtype``). ``logits`` is a temporary of the caller: it may be overwritten."""
+    (in ``acc``, written over the working copy). ``logits`` is a temporary of the caller: it
+    may be overwritten; when it is already in ``acc`` it is the working copy.
+
+    Besides the working copy it holds at most a bool and an int64 vector of n and three
+    ``acc`` vectors of n: ``workspace_bytes`` counts exactly that."""
     n, vocab = logits.shape
-    valid = targets != ignore_index
-    safe = torch.where(valid, targets, torch.zeros((), dtype=targets.dtype, device=targets.device))
+    eps = label_smoothing
     work = logits if logits.dtype == acc else logits.to(acc)
-    del logits  # the caller's reference is all that keeps the low-precision logits alive
-    x_t = work.gather(1, safe[:, None]).squeeze(1)
-    mean = work.mean(1) if label_smoothing else None
+    del logits
+    valid = targets != ignore_index
+    safe = targets.masked_fill(~valid, 0)[:, None]
+    # (1 - eps) (lse - x_t) + eps (lse - mean x) = lse - (1 - eps) x_t - eps mean x: the
+    # terms without lse first, so the row mean is gone before the max and the sum are made
+    rows = work.gather(1, safe).squeeze(1).neg_()
+    if eps:
+        rows.mul_(1.0 - eps).sub_(work.mean(1), alpha=eps)
     m = work.amax(1)
     work.sub_(m[:, None]).exp_()  # exp(x - max), in place
     s = work.sum(1)
-    lse = m + s.log()
-    rows = lse - x_t
-    if label_smoothing:
-        rows = (1.0 - label_smoothing) * rows + label_smoothing * (lse - mean)
-    rows = rows.masked_fill(~valid, 0.0)
+    if want_grad:
+        work.div_(s[:, None])  # the softmax, before s becomes the log-sum-exp
+    rows.add_(s.log_().add_(m))  # the log-sum-exp, in place: s is not needed again
+    del s, m
+    rows.masked_fill_(~valid, 0.0)
     if not want_grad:
         return rows, None
     # d loss_i / d x_ij = softmax_ij - (1 - eps) [j == t_i] - eps / V, times the row's scale
-    work.div_(s[:, None])
-    if label_smoothing:
-        work.sub_(label_smoothing / vocab)
-    onehot = torch.full((n, 1), -(1.0 - label_smoothing), dtype=acc, device=work.device)
-    work.scatter_add_(1, safe[:, None], onehot)
-    work.mul_(torch.where(valid, scale.to(acc), torch.zeros((), dtype=acc, device=work.device))[:, None])
+    if eps:
+        work.sub_(eps / vocab)
+    onehot = torch.full((n, 1), -(1.0 - eps), dtype=acc, device=work.device)
+    work.scatter_add_(1, safe, onehot)
+    del onehot, safe
+    # ignored rows get exactly 0, also when the scale is inf (every target ignored)
+    row_scale = scale.to(acc).expand(n).masked_fill(~valid, 0.0)
+    work.mul_(row_scale[:, None])
     return rows, work
 
 
 def chunk_rows(logits: torch.Tensor, targets: torch.Tensor, scale: torch.Tensor, ignore_index: int,
-               label_smoothing: float, want_grad: bool, acc: torch.dtype, triton: bool):
-    """``chunk_rows_torch``, or the Triton kernel (gradient written into ``logits``)."""
+               label_smoothing: float, want_grad: bool, acc: torch.dtype, triton: bool,
+               grad_dtype: torch.dtype | None = None):
+    """``chunk_rows_torch`` (its gradient rounded to ``grad_dtype``, by default the logits'
+    dtype, as autograd rounds the gradient through the upcast), or the Triton kernel
+    (gradient written into ``logits``)."""
     if triton:
         from . import linear_cross_entropy_triton as kernels
 
         rows = kernels.chunk_rows_(logits, targets, scale, ignore_index, label_smoothing, want_grad)
         return rows, (logits if want_grad else None)
+    grad_dtype = grad_dtype or logits.dtype
     rows, grad = chunk_rows_torch(logits, targets, scale, ignore_index, label_smoothing, want_grad, acc)
-    if grad is not None and grad.dtype != logits.dtype:
-        grad = grad.to(logits.dtype)  # as autograd rounds the gradient through the upcast
+    if grad is not None and grad.dtype != grad_dtype:
+        grad = grad.to(grad_dtype)
     return rows, grad
 
 
@@ -146,42 +160,47 @@ class LossConfig:
 
 
 def _run(x, weight, bias, targets, cfg: LossConfig, want_x: bool, want_w: bool, want_b: bool):
+    """The chunk loop. What it holds, and when, is what ``workspace_bytes`` counts: keep the
+    two in step (tests/unit/test_chunk_loss_memory.py holds the tracked peak to the count)."""
     n_tokens = x.shape[0]
     acc = _acc_dtype(cfg.loss_dtype)
     triton = use_triton(x.device)
+    want_b = want_b and bias is not None
     want = want_x or want_w or want_b
     fast = cfg.mm_dtype in (torch.bfloat16, torch.float16) and fp32_out_gemm(x.device.type)
+    if cfg.reduction == "mean":
+        valid = targets != cfg.ignore_index
+        count = valid.sum()  # exact in int64, on the device: no host sync
+        del valid
+        scale = count.to(acc).reciprocal_()  # inf when every target is ignored
+        del count
+    else:
+        scale = torch.ones((), dtype=acc, device=x.device)
+    total = torch.zeros((), dtype=acc, device=x.device)  # the loss itself when loss_dtype is acc
     # the casts autocast makes for F.linear (no copy when the dtype already matches)
     w = weight.to(cfg.mm_dtype)
     b = bias.to(cfg.mm_dtype) if bias is not None else None
-    valid = targets != cfg.ignore_index
-    if cfg.reduction == "mean":
-        scale = 1.0 / valid.sum().to(acc)  # on the device: no host sync (inf when all are ignored)
-    else:
-        scale = torch.ones((), dtype=acc, device=x.device)
-    total = torch.zeros((), dtype=acc, device=x.device)
     gx = torch.empty_like(x, memory_format=torch.contiguous_format) if want_x else x.new_empty(0)
-    w_acc = _acc_dtype(weight.dtype)
-    gw = torch.zeros(weight.shape, dtype=w_acc, device=weight.device) if want_w else weight.new_empty(0)
-    gb = (torch.zeros(bias.shape, dtype=_acc_dtype(bias.dtype), device=bias.device)
-          if want_b and bias is not None else x.new_empty(0))
+    gw = torch.zeros(weight.shape, dtype=_acc_dtype(weight.dtype), device=weight.device) if want_w else weight.new_empty(0)
+    gb = torch.zeros(bias.shape, dtype=_acc_dtype(bias.dtype), device=bias.device) if want_b else x.new_empty(0)
     for start in range(0, n_tokens, cfg.chunk_tokens):
         stop = min(start + cfg.chunk_tokens, n_tokens)
         xc = x[start:stop].to(cfg.mm_dtype)
         logits = torch.addmm(b, xc, w.t()) if b is not None else torch.mm(xc, w.t())
+        if not triton and logits.dtype != acc:
+            logits = logits.to(acc)  # the upcast; the mm_dtype logits are freed here, not held through the rows
         rows, grad = chunk_rows(logits, targets[start:stop], scale, cfg.ignore_index, cfg.label_smoothing,
-                                want, acc, triton)
+                                want, acc, triton, grad_dtype=cfg.mm_dtype)
+        # Each buffer is dropped as soon as it is done with, so no two chunks' buffers (nor a
+        # chunk's and its temporaries) overlap more than counted. Triton writes the gradient
+        # over the logits: with both names gone it is freed before the next chunk's logits
+        # (measured on the H200 when it was not: 164 MB against the 98 MB counted).
         del logits
         total += rows.sum()
+        del rows
         if grad is None:
+            del xc
             continue
-        if want_x:
-            if gx.dtype == cfg.mm_dtype:
-                torch.mm(grad, w, out=gx[start:stop])
-            elif fast and gx.dtype == torch.float32:
-                torch.mm(grad, w, out_dtype=torch.float32, out=gx[start:stop])
-            else:
-                gx[start:stop].copy_(torch.mm(grad, w))
         if want_w:
             if gw.dtype == cfg.mm_dtype:
                 gw.addmm_(grad.t(), xc)
@@ -189,17 +208,24 @@ def _run(x, weight, bias, targets, cfg: LossConfig, want_x: bool, want_w: bool, 
                 torch.addmm(gw, grad.t(), xc, out_dtype=torch.float32, out=gw)  # accumulated in the GEMM
             else:
                 gw.add_(torch.mm(grad.t(), xc))  # per-chunk product in mm_dtype, summed in fp32
-        if want_b and bias is not None:
+        del xc  # before the x-gradient's product and the bias-gradient's sum
+        if want_x:
+            if gx.dtype == cfg.mm_dtype:
+                torch.mm(grad, w, out=gx[start:stop])
+            elif fast and gx.dtype == torch.float32:
+                torch.mm(grad, w, out_dtype=torch.float32, out=gx[start:stop])
+            else:
+                gx[start:stop].copy_(torch.mm(grad, w))
+        if want_b:
             gb.add_(grad.sum(0, dtype=gb.dtype))
-        # the gradient is the chunk's logits (Triton writes it in place): drop it before the
-        # next chunk's logits are made, or two chunks' logits are alive at once (measured on
-        # the H200: 164 MB against the 98 MB counted)
-        del grad, xc
-    loss = (total * scale).to(cfg.loss_dtype)
+        del grad
+    del w, b  # the casts, before the outputs are converted
+    loss = total.mul_(scale).to(cfg.loss_dtype)
+    del total, scale
+    if want_b and gb.dtype != bias.dtype:
+        gb = gb.to(bias.dtype)
     if want_w and gw.dtype != weight.dtype:
         gw = gw.to(weight.dtype)
-    if want_b and bias is not None and gb.dtype != bias.dtype:
-        gb = gb.to(bias.dtype)
     return loss, gx, gw, gb
 
 
@@ -338,35 +364,84 @@ def _size(dtype: torch.dtype) -> int:
 
 def workspace_bytes(n_tokens: int, dim: int, vocab: int, *, x_dtype: torch.dtype, w_dtype: torch.dtype,
                     mm_dtype: torch.dtype, loss_dtype: torch.dtype, has_bias: bool, chunk_tokens: int,
-                    grads: bool, triton: bool, fp32_gemm: bool = False) -> int:
-    """Bytes the op allocates for itself at its peak (outputs excluded): the casts of the
-    weight and bias, the fp32 weight-gradient accumulator when the weight is not fp32, and
-    one chunk's buffers: its rows of ``x`` cast, its logits, the fp32 working copy (torch
-    path) or nothing more (Triton: the gradient overwrites the logits), the gradient in
-    ``mm_dtype``, and the per-chunk products that are added into the accumulators (none when
-    the GEMMs write fp32 in place: ``fp32_gemm``)."""
-    mm, acc = _size(mm_dtype), _size(_acc_dtype(loss_dtype))
-    n = min(chunk_tokens, n_tokens)
-    fixed = 0
-    if w_dtype != mm_dtype:
-        fixed += vocab * dim * mm + (vocab * mm if has_bias else 0)
-    if grads and _acc_dtype(w_dtype) != w_dtype:
-        fixed += vocab * dim * _size(_acc_dtype(w_dtype))
-    chunk = n * dim * mm if x_dtype != mm_dtype else 0
+                    grads: bool, triton: bool, fp32_gemm: bool = False, b_dtype: torch.dtype | None = None,
+                    want_x: bool | None = None, want_w: bool | None = None, want_b: bool | None = None,
+                    reduction: str = "mean") -> int:
+    """What the op holds at its peak besides its outputs: its peak of live bytes less the
+    bytes of its outputs (so the outputs plus this is the op's peak, which is what the memory
+    analyses count at its step), in bytes asked of the allocator (its rounding is not the
+    op's). Exact for ``_run`` as written, phase by phase: tests/unit/test_chunk_loss_memory.py
+    tracks every tensor the op makes and holds the peak to this count; the GPU test holds
+    the CUDA allocator's requested bytes to it.
+
+    Held for the whole call: the scale and, when the loss is not in ``acc``, the running
+    total; the casts of the weight and bias to ``mm_dtype``; the fp32 accumulators of the
+    gradients of a bf16/fp16 weight and bias (their outputs are made at the end). One
+    chunk's buffers at a time: its rows of ``x`` cast (X), its logits (L), and then
+
+    - Triton (CUDA): the fp32 row losses; the gradient overwrites the logits;
+    - torch: the ``acc`` working copy (W, made from L, which is then freed), the per-row
+      vectors of ``chunk_rows_torch``, the gradient rounded to ``mm_dtype`` when that is not
+      ``acc``;
+    - the per-chunk products the gradient GEMMs cannot write in place (none for a bf16/fp16
+      GEMM writing fp32 in place: ``fp32_gemm``), and the bias gradient's column sum.
+
+    ``chunk_tokens=0`` counts no chunk at all: what is held outside the chunks (planning
+    takes the difference). ``want_x``/``want_w``/``want_b`` default to ``grads``, ``b_dtype`` to
+    ``w_dtype``."""
+    size = _size
+    want_x = grads if want_x is None else want_x
+    want_w = grads if want_w is None else want_w
+    want_b = (grads if want_b is None else want_b) and has_bias
+    want = want_x or want_w or want_b
+    b_dtype = b_dtype or w_dtype
+    acc_t, gw_t, gb_t = _acc_dtype(loss_dtype), _acc_dtype(w_dtype), _acc_dtype(b_dtype)
+    mm, acc, out_loss = size(mm_dtype), size(acc_t), size(loss_dtype)
+    fast = fp32_gemm and mm_dtype in (torch.bfloat16, torch.float16)
+    V, D, N = vocab, dim, n_tokens
+    n = min(chunk_tokens, N)
+    outputs = (out_loss + (N * D * size(x_dtype) if want_x else 0) + (V * D * size(w_dtype) if want_w else 0)
+               + (V * size(b_dtype) if want_b else 0))
+    # before anything else, the scale: for a mean the valid mask with its int64 count, then
+    # the count with its reciprocal (no output exists yet)
+    first = max(N + 8, 8 + acc) if reduction == "mean" else acc
+    # held through the loop, less the outputs not made before the end
+    loss_sep = loss_dtype != acc_t  # else the running total is the loss output itself
+    gw_acc = V * D * size(gw_t) if want_w and gw_t != w_dtype else 0
+    gb_acc = V * size(gb_t) if want_b and gb_t != b_dtype else 0
+    late = (V * D * size(w_dtype) if gw_acc else 0) + (V * size(b_dtype) if gb_acc else 0) + (out_loss if loss_sep else 0)
+    held = (acc + (acc if loss_sep else 0) + (V * D * mm if w_dtype != mm_dtype else 0)
+            + (V * mm if has_bias and b_dtype != mm_dtype else 0) + gw_acc + gb_acc - late)
+    # one chunk (the largest: the last may be shorter)
+    X = n * D * mm if x_dtype != mm_dtype else 0
+    L = n * V * mm
     if triton:
-        chunk += n * vocab * mm + n * 4
-    elif mm_dtype == _acc_dtype(loss_dtype):
-        chunk += n * vocab * acc  # the logits are the working copy, the gradient is written into them
+        rows = n * 4
+        grad = L  # written over the logits
+        chunk = [X + L + rows + (4 if acc_t != torch.float32 else 0),  # the kernel (its scale in fp32)
+                 X + (grad if want else 0) + rows + 4]  # the rows' sum
     else:
-        # logits + working copy while upcasting, then working copy + the rounded gradient
-        chunk += n * vocab * acc + n * vocab * mm
-    chunk += 4 * n * acc  # per-row statistics
-    if grads and not (fp32_gemm and mm_dtype in (torch.bfloat16, torch.float16)):
-        if _acc_dtype(w_dtype) != mm_dtype:
-            chunk += vocab * dim * mm  # the chunk's weight-gradient product before it is added
-        if x_dtype != mm_dtype:
-            chunk += n * dim * mm  # the chunk's x-gradient before it is copied into place
-    return fixed + chunk
+        W, rows = n * V * acc, n * acc
+        vectors = n + 8 * n + 3 * n * acc  # valid, the safe int64 targets, three acc vectors
+        rounded = want and mm_dtype != acc_t
+        grad = n * V * mm if rounded else W
+        chunk = [X + L + (W if mm_dtype != acc_t else 0),  # the upcast
+                 X + W + vectors,
+                 X + W + grad + rows if rounded else 0,  # rounding the gradient to mm_dtype
+                 X + (grad if want else 0) + rows + acc]  # the rows' sum
+    if want:
+        prod_w = want_w and gw_t != mm_dtype and not (fast and gw_t == torch.float32)
+        prod_x = want_x and x_dtype != mm_dtype and not (fast and x_dtype == torch.float32)
+        chunk += [X + grad + (V * D * mm if prod_w else 0),  # the weight gradient's GEMM
+                  grad + (n * D * mm if prod_x else 0),  # the x gradient's (the cast x is freed)
+                  grad + (V * size(gb_t) if want_b else 0)]  # the bias gradient's column sum
+    loop = held + max(chunk) if N > 0 and chunk_tokens > 0 else held
+    # the end: the loss out of the total (with the scale), then the gradients out of their
+    # accumulators, bias first
+    end = [2 * acc + gw_acc + gb_acc - late + out_loss if loss_sep else 0,
+           gw_acc + gb_acc - (V * D * size(w_dtype) if gw_acc else 0) if gb_acc else 0,
+           gw_acc]
+    return max(first - outputs, loop, *end, 0)
 
 
 def _node_workspace(node) -> int:
@@ -378,11 +453,14 @@ def _node_workspace(node) -> int:
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
         return 0
     grads = node.target is GRADS_OP
+    wants = [bool(a) for a in args[10:13]] if grads else [False] * 3
     n_tokens, dim = (size_hint(s) for s in x.shape)
     return workspace_bytes(
         n_tokens, dim, size_hint(w.shape[0]), x_dtype=x.dtype, w_dtype=w.dtype, mm_dtype=args[7],
         loss_dtype=args[8], has_bias=b is not None, chunk_tokens=int(args[9]), grads=grads,
-        triton=use_triton(x.device), fp32_gemm=fp32_out_gemm(x.device.type))
+        triton=use_triton(x.device), fp32_gemm=fp32_out_gemm(x.device.type),
+        b_dtype=b.dtype if isinstance(b, torch.Tensor) else None, want_x=wants[0], want_w=wants[1],
+        want_b=wants[2], reduction=args[5])
 
 
 register_workspace(LOSS_OP, _node_workspace)

@@ -112,7 +112,8 @@ class PoolManager:
                 # over rather than keep its slots, so memory does not grow model after model
                 pool = self.pools[key] = _Pool(key)
             offset = -(-pool.size // ALIGN) * ALIGN
-            s = Slot(weakref.ref(param), key, offset, param.numel(), tuple(param.shape), _grad_strides(param))
+            s = Slot(weakref.ref(param, _release_when_unused(pool)), key, offset, param.numel(),
+                     tuple(param.shape), _grad_strides(param))
             pool.size = offset + param.numel()
             pool.slots.append(s)
             self._slot_of[param] = s
@@ -171,6 +172,23 @@ class PoolManager:
 
     def starts_empty(self, out: torch.Tensor) -> bool:
         return out.data_ptr() in self._empty
+
+
+def _release_when_unused(pool: _Pool) -> Callable[[weakref.ref], None]:
+    """The callback of a slot's weak reference to its parameter: when the last parameter
+    with a live slot in ``pool`` is freed, the gradient buffer goes too. Without it the
+    buffer (every pooled gradient's bytes) stayed allocated after the model was deleted,
+    until some later compile registered a slot. It holds the pool weakly (the pool holds
+    the slots that hold this callback) and takes no lock: it can run inside ``slot``, whose
+    allocations may start the cycle collector."""
+    pool_ref = weakref.ref(pool)
+
+    def released(_: weakref.ref) -> None:
+        pool = pool_ref()
+        if pool is not None and pool.grads is not None and not any(s.live() for s in pool.slots):
+            pool.grads = None
+
+    return released
 
 
 MANAGER = PoolManager()

@@ -56,7 +56,10 @@ def _emulated_counts(monkeypatch, j) -> dict[str, tuple[int, int]]:
     """(ops, loads) of the expression the emulation forms at each node (the stock partition)."""
     static = j.kwargs.get("static_lifetime_input_indices") or []
     joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], static)
-    sm = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static, external=external_bytes(joint), device_type="cuda")
+    # the CPU's rules, as the Inductor it is compared with lowers on the CPU (what is stored
+    # upstream decides what an expression holds); the counts are then held against both
+    # devices' thresholds
+    sm = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static, external=external_bytes(joint))
     names = {i: n.name for i, n in enumerate(sm.nodes)}
     counts = {}
     init = inductor_model._Expr.__init__
@@ -71,23 +74,43 @@ def _emulated_counts(monkeypatch, j) -> dict[str, tuple[int, int]]:
     return counts
 
 
+def _compare(monkeypatch, model, inputs) -> tuple[dict, dict, list]:
+    j = truth.capture_joint(model, inputs, autocast=torch.bfloat16)
+    mine = _emulated_counts(monkeypatch, j)
+    real = _inductor_counts(monkeypatch, model, inputs)
+    both = sorted(set(mine) & set(real))
+    far = {n: (real[n], mine[n]) for n in both if abs(real[n][0] - mine[n][0]) > 2 or real[n][1] != mine[n][1]}
+    assert not far, far
+    for rules in (Rules.for_device("cuda"), Rules.for_device("cpu")):
+        crossed = {n: (real[n], mine[n]) for n in both if (real[n][0] > rules.opcount) != (mine[n][0] > rules.opcount)}
+        assert not crossed, (rules, crossed)
+    return real, mine, both
+
+
 def test_emulated_op_counts_are_inductors(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
     cfg = GPTConfig(vocab=211, seq=64, layers=2, heads=2, dim=32)
     model = GPT(cfg)
     ids = torch.randint(0, cfg.vocab, (8, cfg.seq))
-    inputs = (ids, ids.clone())
-    j = truth.capture_joint(model, inputs, autocast=torch.bfloat16)
-    mine = _emulated_counts(monkeypatch, j)
-    real = _inductor_counts(monkeypatch, model, inputs)
-    both = sorted(set(mine) & set(real))
+    real, mine, both = _compare(monkeypatch, model, (ids, ids.clone()))
     assert len(both) > 150, len(both)  # the comparison covers the step, not a handful of nodes
-    far = {n: (real[n], mine[n]) for n in both if abs(real[n][0] - mine[n][0]) > 2 or real[n][1] != mine[n][1]}
-    assert not far, far
-    for rules in (Rules.for_device("cuda"), Rules.for_device("cpu")):
-        crossed = {n: (real[n], mine[n]) for n in both if (real[n][0] > rules.opcount) != (mine[n][0] > rules.opcount)}
-        assert not crossed, (rules, crossed)
     # the loss head's backward: softmax minus the one-hot target, the largest expression
     head = max(both, key=lambda n: real[n][0])
     assert real[head][0] > 20 and mine[head] == real[head], (head, real[head], mine[head])
+
+
+@pytest.mark.parametrize("name", ["gated", "masked"])
+def test_op_counts_on_the_zoo(name, monkeypatch, tmp_path):
+    """Models of other shapes than the GPT the counts were fixed on: a gated residual
+    network and a masked MLP. Not yet: transformers' Llama (74 of 478 nodes off by more
+    than 2 ops or in their loads, 16 of them across the GPU threshold) and the CNN with
+    BatchNorm (67 of 268, 2 across): docs/BENCHMARKS.md, session 7."""
+    from tests import zoo
+
+    if not zoo.available(name):
+        pytest.importorskip("transformers")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    model, inputs = zoo.build(name)
+    real, mine, both = _compare(monkeypatch, model, inputs)
+    assert len(both) > 20, len(both)

@@ -60,10 +60,14 @@ def test_bf16_autocast_within_the_bf16_rule_on_cuda():
 
 @pytest.mark.parametrize("mm_dtype", [torch.bfloat16, torch.float32])
 def test_measured_memory_of_the_op_is_the_counted_workspace(mm_dtype):
-    """What the op allocates beyond its inputs and outputs, measured by the allocator, is at
-    most what ``workspace_bytes`` (and so every memory analysis) counts, plus 1 MiB for the
-    allocator's rounding and small temporaries, and at least 90% of it (the count is not
-    padded)."""
+    """What the op asks the CUDA allocator for beyond its inputs and outputs at its peak
+    (the allocator's requested bytes: what the tensors need, as every memory analysis counts
+    them) is exactly what ``workspace_bytes`` counts: 97,869,086 bytes with the bf16 matmul,
+    128,140,016 with fp32 (tests/unit/test_chunk_loss_memory.py tracks the same on CPU).
+    The allocator's blocks are at most that plus 1 MiB: its rounding, 512 bytes a tensor and
+    up to 1 MiB a large block it does not split (issue 15: of the 1.07 MiB read over the
+    count, 116,112 bytes were the op's, the rest rounding, most of it the 0.96 MiB tail of
+    a 62 MiB block holding a chunk's 61.04 MiB of bf16 logits)."""
     n, d, v, chunk = 4096, 512, 32003, 1000
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(n, d, device="cuda", generator=g)
@@ -74,15 +78,19 @@ def test_measured_memory_of_the_op_is_the_counted_workspace(mm_dtype):
     outs = lce.GRADS_OP(*args)  # warm-up: Triton compile, cuBLAS workspace
     del outs
     torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = torch.cuda.memory_stats()["requested_bytes.all.current"]
+    before_blocks = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     outs = lce.GRADS_OP(*args)
     torch.cuda.synchronize()
-    measured = torch.cuda.max_memory_allocated() - before - sum(o.untyped_storage().nbytes() for o in outs)
+    out_bytes = sum(o.untyped_storage().nbytes() for o in outs)
+    measured = torch.cuda.memory_stats()["requested_bytes.all.peak"] - before - out_bytes
+    blocks = torch.cuda.max_memory_allocated() - before_blocks - out_bytes
     counted = lce.workspace_bytes(n, d, v, x_dtype=x.dtype, w_dtype=w.dtype, mm_dtype=mm_dtype,
                                   loss_dtype=torch.float32, has_bias=True, chunk_tokens=chunk, grads=True,
-                                  triton=True, fp32_gemm=lce.fp32_out_gemm("cuda"))
-    assert 0.9 * counted <= measured <= counted + 2**20, (measured, counted)
+                                  triton=True, fp32_gemm=lce.fp32_out_gemm("cuda"), reduction="mean")
+    assert measured == counted, dict(requested=measured, counted=counted, blocks=blocks)
+    assert blocks <= counted + 2**20, dict(requested=measured, counted=counted, blocks=blocks)
     with torch.autocast("cuda", torch.bfloat16, enabled=mm_dtype == torch.bfloat16):
         ref = F.cross_entropy(F.linear(x, w, b).float(), t, label_smoothing=0.1)
     assert abs(float(outs[0] - ref)) <= 1e-2 * float(ref)
