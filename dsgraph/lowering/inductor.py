@@ -51,6 +51,17 @@ def _trace(compiled: kernels.CompiledKernel, node: Node) -> GraphModule:
     return make_fx(body, tracing_mode=mode)(*vals)
 
 
+def _unused_view(node: Node) -> bool:
+    """A pure aten op of the trace whose result nothing reads: the launcher's ``expand`` calls
+    (it reads the broadcast strides from them). Left out of the splice: Inductor drops them
+    anyway, the graph dumps need not show them."""
+    import torch
+
+    target = node.target
+    return (node.op == "call_function" and not node.users and isinstance(target, torch._ops.OpOverload)
+            and not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags)
+
+
 def _splice(gm: GraphModule, node: Node, sub: GraphModule) -> None:
     graph = gm.graph
     env: dict[Node, object] = {}
@@ -60,7 +71,7 @@ def _splice(gm: GraphModule, node: Node, sub: GraphModule) -> None:
     results: list = []
     with graph.inserting_before(node):
         for n in sub.graph.nodes:
-            if n.op == "placeholder":
+            if n.op == "placeholder" or _unused_view(n):
                 continue
             if n.op == "output":
                 results = [env[x] if isinstance(x, Node) else x for x in n.args[0]]
