@@ -52,14 +52,11 @@ def _trace(compiled: kernels.CompiledKernel, node: Node) -> GraphModule:
 
 
 def _unused_view(node: Node) -> bool:
-    """A pure aten op of the trace whose result nothing reads: the launcher's ``expand`` calls
-    (it reads the broadcast strides from them). Left out of the splice: Inductor drops them
+    """A view of the trace whose result nothing reads: the launcher's ``expand`` calls (it
+    reads the broadcast strides from them). Left out of the splice: Inductor drops them
     anyway, the graph dumps need not show them."""
-    import torch
-
-    target = node.target
-    return (node.op == "call_function" and not node.users and isinstance(target, torch._ops.OpOverload)
-            and not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags)
+    return (node.op == "call_function" and not node.users and compat.returns_alias(node)
+            and not compat.has_side_effects(node))
 
 
 def _splice(gm: GraphModule, node: Node, sub: GraphModule) -> None:
