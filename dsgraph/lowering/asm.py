@@ -36,6 +36,29 @@ from .codegen import block_arguments, kernel_name, render
 from .kernel_ir import KernelIR
 
 SASS_LINE = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+SASS_LABEL = re.compile(r"^(\.L_x_\d+):")
+SASS_BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
+
+
+def loop_bodies(sass: str) -> list[tuple[int, int]]:
+    """Backward branches of the listing as (first, last) instruction indices (NOPs left out,
+    as in ``CudaKernel.opcodes``) of the loop they close; the trap loop after EXIT (a branch
+    to itself) is not one."""
+    labels: dict[str, int] = {}
+    loops = []
+    index = 0
+    for line in sass.splitlines():
+        if (m := SASS_LABEL.match(line)):
+            labels[m.group(1)] = index
+            continue
+        m = SASS_LINE.match(line)
+        if not m or m.group(1).startswith("NOP"):
+            continue
+        b = SASS_BRANCH.search(line)
+        if b and b.group(1) in labels and labels[b.group(1)] < index:
+            loops.append((labels[b.group(1)], index))
+        index += 1
+    return loops
 
 
 @dataclass
@@ -48,14 +71,32 @@ class CudaKernel:
     sass: str  # nvdisasm's listing ("" when nvdisasm is missing)
     registers: int | None = None
     opcodes: list[str] = field(default_factory=list)
+    trips: int = 1  # times the one-tile kernel's loop over its tiles runs (ROWS)
+    threads: int = 0  # per program (32 x num_warps)
+    shared: int = 0  # bytes of shared memory per program (the reductions' scratch)
+    tile_bytes: int = 0  # one-tile kernels: bytes of per-row inputs one tile reads
 
     @property
     def instructions(self) -> int:
+        """SASS instructions in the listing (NOPs left out)."""
         return len(self.opcodes)
 
     @property
+    def executed(self) -> int:
+        """Instructions one thread issues per program: the listing's, with the body of the
+        one-tile kernel's loop over its ROWS tiles counted ROWS times (when the compiler
+        kept the loop: one backward branch; unrolled, the listing is what runs)."""
+        if self.trips == 1 or self.form != "tile":
+            return self.instructions
+        loops = loop_bodies(self.sass)
+        if len(loops) != 1:
+            return self.instructions
+        first, last = loops[0]
+        return self.instructions + (self.trips - 1) * (last - first + 1)
+
+    @property
     def per_element(self) -> float:
-        return self.instructions / self.per_thread
+        return self.executed / self.per_thread
 
     def _count(self, pattern: str) -> int:
         return len(re.findall(pattern, self.ptx, re.MULTILINE))
@@ -97,12 +138,40 @@ class CudaKernel:
         """Hardware fp32 -> bf16 conversions (cvt.rn.bf16x2.f32 / cvt.rn.bf16.f32)."""
         return self._count(r"cvt\.rn\.bf16")
 
+    @property
+    def programs_per_sm(self) -> int | None:
+        """Programs resident on one H100/H200 SM at once: 64 K registers (allocated per warp
+        in units of 8 per thread), 2048 threads, 32 programs, 228 KB of shared memory."""
+        if not self.registers or not self.threads:
+            return None
+        per_thread = -(-self.registers // 8) * 8
+        limits = [65536 // (per_thread * self.threads), 2048 // self.threads, 32]
+        if self.shared:
+            limits.append(233472 // (self.shared + 1024))  # 1 KB reserved per program
+        return min(limits)
+
+    @property
+    def in_flight_per_sm(self) -> int | None:
+        """One-tile kernels: bytes of rows an SM's resident programs read at once (each
+        program reads a whole tile before its first reduction can finish): what bounds the
+        bandwidth of a kernel that waits on memory latency."""
+        return None if not self.tile_bytes or not self.programs_per_sm else self.tile_bytes * self.programs_per_sm
+
+    @property
+    def sass_loads(self) -> int:
+        """Global loads in the SASS (LDG): after ptxas, which merges the loads of an input
+        the same for every row of a tile (w of a layer norm) that the PTX repeats per row."""
+        return sum(1 for o in self.opcodes if o.startswith("LDG"))
+
     def summary(self) -> dict:
         return {"form": self.form, "config": list(self.config), "per_thread": self.per_thread,
-                "sass_instructions": self.instructions, "per_element": round(self.per_element, 1),
+                "sass_instructions": self.instructions, "executed": self.executed,
+                "per_element": round(self.per_element, 1),
                 "vector_loads": self.vector_loads, "scalar_loads": self.scalar_loads,
                 "vector_stores": self.vector_stores, "scalar_stores": self.scalar_stores,
-                "int_divisions": self.int_divisions, "registers": self.registers, "spills": self.spills}
+                "int_divisions": self.int_divisions, "registers": self.registers, "spills": self.spills,
+                "sass_loads": self.sass_loads, "shared": self.shared, "programs_per_sm": self.programs_per_sm,
+                "tile_bytes": self.tile_bytes, "in_flight_per_sm": self.in_flight_per_sm}
 
 
 def _tool(name: str) -> str | None:
@@ -156,9 +225,18 @@ def source_module(ir: KernelIR, target: str = "gpu"):
     target is)."""
     from .kernels import _load_module
 
+    import triton
+
     key = (ir.name, target)
     if key not in _MODULES:
-        _MODULES[key] = _load_module(ir.name, target, render(ir, target))
+        # compiled, not interpreted, even under TRITON_INTERPRET=1: @triton.jit reads the
+        # knob when it decorates (the module is imported under its own name: see _load_module)
+        knobs = triton.knobs.runtime
+        interpret, knobs.interpret = knobs.interpret, False
+        try:
+            _MODULES[key] = _load_module(f"{ir.name}_asm", target, render(ir, target))
+        finally:
+            knobs.interpret = interpret
     return _MODULES[key]
 
 
@@ -174,12 +252,13 @@ def compile_for_cuda(ir: KernelIR, tensors: list[torch.Tensor], scalars: list = 
     full, outs = kernels.allocate_outputs(ir, tensors)
     plan = kernels.launch_plan(ir, tensors, outs, full, list(scalars), form)
     if config is None:
-        first = kernels.GPU_CONFIGS["flat" if plan.form == "flat" else ir.kind][0]
-        config = (max(1, kernels.GPU_TILE_CONFIGS[0][0] // plan.block_n), kernels.GPU_TILE_CONFIGS[0][1]) \
-            if plan.form == "tile" else first
+        config = kernels.tile_configs(plan.block_n)[0] if plan.form == "tile" else \
+            kernels.GPU_CONFIGS["flat" if plan.form == "flat" else ir.kind][0]
+    if plan.form == "tile":
+        config = kernels.tile_config(config)
     *blocks, warps = config
     constexprs = dict(zip(block_arguments(ir, plan.form), blocks)) if plan.form != "tile" else \
-        {"BLOCK_M": blocks[0], "BLOCK_N": plan.block_n}
+        {"BLOCK_M": blocks[0], "ROWS": blocks[1], "BLOCK_N": plan.block_n}
     jit_fn = getattr(source_module(ir, source), kernel_name(ir, plan.form))
     compiled = _compile(jit_fn, plan.args, constexprs, warps, arch)
     sass, registers = _disassemble(compiled.asm["cubin"])
@@ -188,5 +267,12 @@ def compile_for_cuda(ir: KernelIR, tensors: list[torch.Tensor], scalars: list = 
     elements = 1
     for b in constexprs.values():
         elements *= b
+    tile_bytes = 0
+    if plan.form == "tile":
+        row_loads = [l for l in ir.loads if not l.cols_only]
+        tile_bytes = sum(blocks[0] * (plan.block_n if l.space == "full" else 1) * ir.params[l.param].dtype.itemsize
+                         for l in row_loads)
+    shared = getattr(compiled.metadata, "shared", 0) or 0
     return CudaKernel(kernel_name(ir, plan.form), plan.form, tuple(config), elements / (32 * warps),
-                      compiled.asm["ptx"], sass, registers, opcodes)
+                      compiled.asm["ptx"], sass, registers, opcodes, constexprs.get("ROWS", 1), 32 * warps,
+                      shared, tile_bytes)

@@ -134,12 +134,14 @@ def check_region(region: Region, binding: Binding, compiled: CompiledKernel) -> 
 
 
 def _other_forms(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list) -> list[str]:
-    """The entry points besides the launcher's choice that could run these inputs."""
+    """The entry points besides the launcher's choice that could run these inputs, and the
+    one-tile form again when it is the choice (its check config runs several tiles per
+    program, which the autotuner's pick for the small sample may not)."""
     full, outs = kernels.allocate_outputs(compiled.ir, tensors)
     chosen = kernels.launch_plan(compiled.ir, tensors, outs, full, scalars).form
     others = []
     for form in compiled.forms:
-        if form == chosen:
+        if form == chosen and form != "tile":
             continue
         try:
             kernels.launch_plan(compiled.ir, tensors, outs, full, scalars, form)

@@ -8,10 +8,11 @@ layout; the launcher (``kernels.launch_plan``) picks one per call:
   that the compiler turns into 16-byte vector loads and stores, no row arithmetic);
   ``<name>``, the general kernel, for any layout (transposed, broadcast);
 - reductions: ``<name>_tile`` when a whole row fits one tile (the launcher passes BLOCK_N =
-  next_power_of_2(N) <= 4096): straight-line code, every input read once, BLOCK_M rows per
-  program; ``<name>``, the general kernel, for wider rows and for launches traced with a
-  symbolic N (a runtime branch between the one-tile body and a loop per level of
-  reductions).
+  next_power_of_2(N) <= 4096, and N as a constexpr): every input read once, ROWS tiles of
+  BLOCK_M rows per program, the inputs the same for every row (``Load.cols_only``) loaded
+  once per program, each tile's loads issued while the previous tile computes;
+  ``<name>``, the general kernel, for wider rows and for launches traced with a symbolic N
+  (a runtime branch between the one-tile body and a loop per level of reductions).
 
 The general kernels' iteration space is 2-D: rows (every index of F but the last,
 flattened) by columns (F's last dimension N). Every tensor comes with its strides as
@@ -151,7 +152,9 @@ def kernel_arguments(ir: KernelIR, form: str = "general") -> list[str]:
 
 def block_arguments(ir: KernelIR, form: str = "general") -> list[str]:
     """The constexpr block sizes of one entry point."""
-    return ["BLOCK"] if form == "flat" else ["BLOCK_M", "BLOCK_N"]
+    if form == "flat":
+        return ["BLOCK"]
+    return ["BLOCK_M", "ROWS", "BLOCK_N"] if form == "tile" else ["BLOCK_M", "BLOCK_N"]
 
 
 def kernel_name(ir: KernelIR, form: str = "general") -> str:
@@ -184,26 +187,35 @@ class _Writer:
 
     # ---- pieces -------------------------------------------------------------------------
 
-    def row_offsets(self, depth: int) -> None:
+    def row_offsets(self, depth: int, rows: str = "rows", clamp: bool = False, args=None, suffix: str = "") -> None:
+        """Each tensor's offset of ``rows`` (``<name>_row<suffix>``; ``args``: those tensors'
+        only, default every load but the cols_only ones and every store). ``clamp``: rows past
+        M read row M - 1, so that loads need no row mask (their stores are masked)."""
         r = self.ir.rank
-        self.emit("r = rows.to(tl.int64)  # row index, 64-bit for the offsets below", depth)
+        ri = f"r{suffix}"
+        if clamp:
+            self.emit(f"{ri} = tl.minimum({rows}, M - 1).to(tl.int64)  # row index, 64-bit for the offsets below",
+                      depth)
+        else:
+            self.emit(f"{ri} = {rows}.to(tl.int64)  # row index, 64-bit for the offsets below", depth)
         # unflatten the row index into the leading dims i0 .. i{r-2} (D1.. are 1 when the
         # launcher merged the leading dims: Triton then folds the % and // away)
         if r == 2:
-            self.emit("i0 = r", depth)
+            self.emit(f"i0{suffix} = {ri}", depth)
         else:
-            current = "r"
+            current = ri
             for d in range(r - 2, 0, -1):
-                self.emit(f"i{d} = {current} % D{d}", depth)
-                nxt = "t" if d > 1 else None
-                if nxt:
-                    self.emit(f"t = {current} // D{d}", depth)
-                    current = "t"
+                self.emit(f"i{d}{suffix} = {current} % D{d}", depth)
+                if d > 1:
+                    self.emit(f"t{suffix} = {current} // D{d}", depth)
+                    current = f"t{suffix}"
                 else:
-                    self.emit(f"i0 = {current} // D{d}", depth)
-        for arg in [*self.ir.loads, *self.ir.stores]:
-            terms = " + ".join(f"i{d} * {arg.name}_s{d}" for d in range(r - 1))
-            self.emit(f"{arg.name}_row = {terms}", depth)
+                    self.emit(f"i0{suffix} = {current} // D{d}", depth)
+        if args is None:
+            args = [*(l for l in self.ir.loads if not l.cols_only), *self.ir.stores]
+        for arg in args:
+            terms = " + ".join(f"i{d}{suffix} * {arg.name}_s{d}" for d in range(r - 1))
+            self.emit(f"{arg.name}_row{suffix} = {terms}", depth)
 
     def load(self, v: Value, depth: int, eviction: str | None) -> None:
         load = self.loads[v.args[0]]
@@ -212,12 +224,41 @@ class _Writer:
         evict = f', eviction_policy="{eviction}"' if eviction else ""
         if self.flat:
             ptr, mask = f"{load.name}_ptr + start + offs", "mask"
+        elif load.cols_only:
+            # the same for every row: one address per column, as a [BLOCK_M, BLOCK_N] tile (the
+            # shape of the other loads, so one layout serves them all; ptxas loads it once)
+            ptr = f"tl.broadcast_to({load.name}_ptr + cols * {load.name}_s{last}, (BLOCK_M, BLOCK_N))"
+            mask = "col_mask"
         elif load.space == "full":
             ptr, mask = f"{load.name}_ptr + {load.name}_row + cols * {load.name}_s{last}", "mask"
         else:
             ptr, mask = f"{load.name}_ptr + {load.name}_row", "row_mask"
-        cast = "" if compute_dtype(dtype) == dtype else f".to({TL_DTYPE[v.dtype]})"
-        self.emit(f"{v.name} = tl.load({ptr}, mask={mask}, other=0{evict}){cast}  # {v.label}", depth)
+        self.emit(f"{v.name} = tl.load({ptr}, mask={mask}, other=0{evict}){self.cast(v)}  # {v.label}", depth)
+
+    def cast(self, v: Value) -> str:
+        """What a loaded value is converted with to its compute type ("" when none)."""
+        dtype = self.ir.params[self.loads[v.args[0]].param].dtype
+        return "" if compute_dtype(dtype) == dtype else f".to({TL_DTYPE[v.dtype]})"
+
+    def tile_load(self, v: Value, depth: int, target: str, suffix: str, mask: str | None) -> None:
+        """One-tile kernel: ``target`` = the load of ``v`` in its stored type, at the rows of
+        ``row_offsets(suffix=suffix)``; cols_only loads as a [BLOCK_M, BLOCK_N] tile (the
+        shape of every other load and store: one layout, no conversion between them)."""
+        load = self.loads[v.args[0]]
+        last = self.ir.rank - 1
+        if load.cols_only:
+            ptr = f"tl.broadcast_to({load.name}_ptr + cols * {load.name}_s{last}, (BLOCK_M, BLOCK_N))"
+        elif load.space == "full":
+            ptr = f"{load.name}_ptr + {load.name}_row{suffix} + cols * {load.name}_s{last}"
+        else:
+            ptr = f"{load.name}_ptr + {load.name}_row{suffix}"
+        # the next tile's loads are masked off after the program's last tile: what they
+        # would hold is never used, so no zero fill (other) either
+        other = "" if mask == "next_mask" else ", other=0"
+        if load.space == "full":
+            mask = "col_mask" if mask is None else f"{mask} & col_mask"
+        masked = f", mask={mask}{other}" if mask else ""
+        self.emit(f"{target} = tl.load({ptr}{masked})  # {v.label}", depth)
 
     def expr(self, v: Value, depth: int) -> None:
         text = v.expr
@@ -266,6 +307,9 @@ class _Writer:
     def header(self, form: str) -> None:
         self.lines += ["", "@triton.jit"]
         args = kernel_arguments(self.ir, form) + [f"{b}: tl.constexpr" for b in block_arguments(self.ir, form)]
+        if form == "tile":
+            # a one-tile launch has N known (an int): a constant of the kernel, as in Inductor's
+            args = [f"{a}: tl.constexpr" if a == "N" else a for a in args]
         self.lines.append(f"def {kernel_name(self.ir, form)}(")
         for a in args:
             self.emit(f"{a},")
@@ -298,7 +342,8 @@ class _Writer:
         self.emit("rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]")
         self.emit("cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]")
         self.emit("row_mask = rows < M")
-        self.emit("mask = row_mask & (cols < N)")
+        self.emit("col_mask = cols < N")
+        self.emit("mask = row_mask & col_mask")
         self.row_offsets(1)
         self.body(1)
 
@@ -312,9 +357,59 @@ class _Writer:
         self.row_offsets(1)
 
     def reduction_tile(self) -> None:
-        self.emit('"""N <= BLOCK_N: BLOCK_M whole rows per program, every input read once."""')
-        self.reduction_start()
-        self.one_tile(1)
+        """The one-tile entry point: ROWS tiles of BLOCK_M whole rows per program, one after
+        the other; the inputs the same for every row (``Load.cols_only``) loaded once per
+        program, and each step's loads of the next tile issued before its own reductions
+        (the loop keeps a tile's reads in flight while the previous one computes)."""
+        ir = self.ir
+        hoisted = [v for v in ir.values if v.op == "load" and self.loads[v.args[0]].cols_only]
+        per_row = [v for v in ir.values if v.op == "load" and not self.loads[v.args[0]].cols_only]
+        row_loads = [self.loads[v.args[0]] for v in per_row]
+        self.emit('"""N <= BLOCK_N (a constexpr): ROWS tiles of BLOCK_M whole rows per program, inputs read once."""')
+        self.emit("pid = tl.program_id(0)")
+        self.emit("cols = tl.arange(0, BLOCK_N)[None, :]")
+        self.emit("col_mask = cols < N  # folded away when N == BLOCK_N")
+        self.emit("first = pid * (BLOCK_M * ROWS)  # the program's first row")
+        if hoisted:
+            self.emit("# the same for every row: read once per program")
+            for v in hoisted:
+                self.tile_load(v, 1, f"{v.name}_in", "", None)
+                self.emit(f"{v.name} = {v.name}_in{self.cast(v)}  # {v.label}")
+        self.emit("# the first tile; rows past M (the last program's) read row M - 1: no row mask, stores have it")
+        self.emit("rows_first = first + tl.arange(0, BLOCK_M)[:, None]")
+        self.row_offsets(1, rows="rows_first", clamp=True, args=row_loads, suffix="_first")
+        for v in per_row:
+            self.tile_load(v, 1, f"{v.name}_in", "_first", None)
+        self.emit("for step in range(ROWS):")
+        self.emit("rows = first + step * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]", 2)
+        self.emit("row_mask = rows < M", 2)
+        self.emit("mask = row_mask & col_mask", 2)
+        for v in per_row:
+            self.emit(f"{v.name}_now = {v.name}_in  # this tile's (read by the previous step)", 2)
+        if per_row:
+            self.emit("if ROWS > 1:", 2)
+            self.emit("# the next tile's rows, read while this one computes (the compiler does not move a", 3)
+            self.emit("# load across the barriers of a reduction); none after the program's last", 3)
+            self.emit("rows_next = rows + BLOCK_M", 3)
+            self.emit("next_mask = (rows_next < M) & (step + 1 < ROWS)", 3)
+            self.row_offsets(3, rows="rows_next", args=row_loads, suffix="_next")
+            for v in per_row:
+                self.tile_load(v, 3, f"{v.name}_in", "_next", "next_mask")
+        for v in per_row:
+            self.emit(f"{v.name} = {v.name}_now{self.cast(v)}  # {v.label}", 2)
+        self.row_offsets(2, args=list(ir.stores))
+        for v in ir.values:
+            if v.op == "load":
+                continue
+            elif v.op in ("sum", "max"):
+                neutral = "0.0" if v.op == "sum" else 'float("-inf")'
+                # masked columns only (none when N == BLOCK_N): what rows past M reduce to is never stored
+                self.emit(f"t_{v.name} = tl.where(col_mask, {v.args[0]}, {neutral})", 2)
+                self.reduce(v, f"t_{v.name}", 2)
+            else:
+                self.expr(v, 2)
+        for st in ir.stores:
+            self.store(st, 2)
 
     def reduction(self) -> None:
         self.emit('"""Any row width: one tile per row when N <= BLOCK_N, else a loop per level of reductions."""')
@@ -336,7 +431,8 @@ class _Writer:
     def one_tile(self, depth: int) -> None:
         """N <= BLOCK_N: the values in graph order, reductions inline."""
         self.emit("cols = cols0", depth)
-        self.emit("mask = row_mask & (cols < N)", depth)
+        self.emit("col_mask = cols < N", depth)
+        self.emit("mask = row_mask & col_mask", depth)
         # every load first: the compiler does not move a load across the barriers of a
         # reduction, so a load written after one would wait for it (layer norm's w and b)
         for v in self.ir.values:
@@ -348,7 +444,8 @@ class _Writer:
             elif v.op in ("sum", "max"):
                 x = v.args[0]
                 neutral = "0.0" if v.op == "sum" else 'float("-inf")'
-                self.emit(f"t_{v.name} = tl.where(mask, {x}, {neutral})", depth)
+                # masked columns only: what rows past M reduce to is never stored
+                self.emit(f"t_{v.name} = tl.where(col_mask, {x}, {neutral})", depth)
                 self.reduce(v, f"t_{v.name}", depth)
             else:
                 self.expr(v, depth)
@@ -382,7 +479,8 @@ class _Writer:
                     self.emit(f'{acc} = tl.full([BLOCK_M, BLOCK_N], float("-inf"), dtype={tl_type})', depth)
             self.emit("for start in range(0, N, BLOCK_N):", depth)
             self.emit("cols = start + cols0", depth + 1)
-            self.emit("mask = row_mask & (cols < N)", depth + 1)
+            self.emit("col_mask = cols < N", depth + 1)
+            self.emit("mask = row_mask & col_mask", depth + 1)
             eviction = "evict_first" if p == passes - 1 else "evict_last"
             needed = self.closure([r.args[0] for r in work] + [s.value for s in stores])
             for v in ir.values:

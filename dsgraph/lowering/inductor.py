@@ -51,6 +51,14 @@ def _trace(compiled: kernels.CompiledKernel, node: Node) -> GraphModule:
     return make_fx(body, tracing_mode=mode)(*vals)
 
 
+def _unused_view(node: Node) -> bool:
+    """A view of the trace whose result nothing reads: the launcher's ``expand`` calls (it
+    reads the broadcast strides from them). Left out of the splice: Inductor drops them
+    anyway, the graph dumps need not show them."""
+    return (node.op == "call_function" and not node.users and compat.returns_alias(node)
+            and not compat.has_side_effects(node))
+
+
 def _splice(gm: GraphModule, node: Node, sub: GraphModule) -> None:
     graph = gm.graph
     env: dict[Node, object] = {}
@@ -60,7 +68,7 @@ def _splice(gm: GraphModule, node: Node, sub: GraphModule) -> None:
     results: list = []
     with graph.inserting_before(node):
         for n in sub.graph.nodes:
-            if n.op == "placeholder":
+            if n.op == "placeholder" or _unused_view(n):
                 continue
             if n.op == "output":
                 results = [env[x] if isinstance(x, Node) else x for x in n.args[0]]

@@ -42,6 +42,10 @@ class Load:
     name: str  # "in0": the kernel's pointer argument
     param: int  # which Param
     space: str  # "full": indexed by row and column; "row": one value per row (last dim broadcast)
+    # a full input broadcast over every row (a layer norm's weight, shape [N]): indexed by
+    # the column alone, so the kernels load it once per program as a [1, BLOCK_N] tile
+    # whatever BLOCK_M is, instead of once per row
+    cols_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,8 @@ class KernelIR:
     def signature(self) -> str:
         lines = [f"kind={self.kind} rank={self.rank} scalars={self.scalars}"]
         lines += [f"param {p.dtype} mutated={p.mutated}" for p in self.params]
-        lines += [f"load {l.name} param={l.param} {l.space}" for l in self.loads]
+        lines += [f"load {l.name} param={l.param} {l.space}{' cols_only' if l.cols_only else ''}"
+                  for l in self.loads]
         lines += [f"{v.name} = {v.op}{v.args} {v.dtype} row={v.row} {v.expr!r}" for v in self.values]
         lines += [f"store {s.name} <- {s.value} {s.dtype} {s.space} order={s.order} param={s.param}"
                   for s in self.stores]
@@ -111,6 +116,18 @@ def _input_space(t: torch.Tensor, full: tuple) -> str:
     if t.dim() == 0 or (isinstance(t.shape[-1], int) and t.shape[-1] == 1):
         return "row"
     return "full"
+
+
+def _one(s) -> bool:
+    return isinstance(s, int) and s == 1
+
+
+def _cols_only(t: torch.Tensor, full: tuple) -> bool:
+    """Is a full input the same for every row: each of its leading dims absent or 1 (known,
+    not symbolic), where F has rows to broadcast over (a leading dim that is not 1)?"""
+    if len(full) < 2 or _one(full[-1]) or all(_one(s) for s in full[:-1]):
+        return False
+    return all(_one(s) for s in t.shape[:-1])
 
 
 class _Builder:
@@ -145,7 +162,7 @@ class _Builder:
         key = (node, space)
         if key not in self.load_of:
             name = f"in{len(self.loads)}"
-            self.loads.append(Load(name, self.param(node), space))
+            self.loads.append(Load(name, self.param(node), space, space == "full" and _cols_only(t, self.full)))
             # labels name the op's argument (x0, x1, ...), never FX names: kernels are shared
             # between regions with one signature, so their source must not name one graph
             self.load_of[key] = self.new("load", (name,), compute_dtype(t.dtype), space == "row",

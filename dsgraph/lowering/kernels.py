@@ -59,17 +59,39 @@ GPU_CONFIGS = {
     "reduction": [(1, 1024, 4), (1, 4096, 8), (1, 4096, 16), (4, 256, 4), (16, 64, 4), (64, 16, 4)],
 }
 # one-tile reductions: BLOCK_N = next_power_of_2(N) (from the launcher), and per config
-# (elements per program, num_warps) -> BLOCK_M = max(1, elements // BLOCK_N) rows per
-# program: several rows only when rows are short. For N = 4096: one row with 4, 8 or 16
-# warps (Inductor's reduction kernels for 4096 columns: one row, 16 warps).
-GPU_TILE_CONFIGS = [(1024, 4), (2048, 8), (4096, 8), (4096, 16)]
+# (elements per tile, num_warps, tiles per program) -> BLOCK_M = max(1, elements // BLOCK_N)
+# rows per tile and ROWS tiles per program, one after the other. What a config trades is how
+# many bytes of rows an SM has in flight (a one-tile reduction waits for its whole tile
+# before its first reduction): registers per SM over registers per row. A thread holds its
+# columns of every input, a layer norm's fp32 w and b as well as the row: with one row per
+# tile, about 4 registers per element of x (63 at 8 warps for N = 4096: 4 programs, 32 KB of
+# bf16 x per SM); inputs the same for every row (``Load.cols_only``) are loaded once per
+# program and shared by the tile's rows, so 2 or 4 rows per tile hold 48 or 64 KB
+# (rms_norm's 48 KB per SM ran at 0.89 of the copy bandwidth on the H200, layer_norm's 32 KB
+# at 0.71, softmax's 64 at 0.98). ROWS > 1 loads the next tile while the current one
+# computes: fewer bytes per SM (its registers), but in flight all along. For N = 4096: one
+# row per tile with 4, 8 or 16 warps (Inductor's reduction kernels for 4096 columns: one
+# row, 16 warps), 2 or 4 rows with 8 warps, and with 8 warps 8 tiles of one row or 4 of two
+# per program. sm_90 code of each: ``python -m benchmarks.lowering --asm``.
+GPU_TILE_CONFIGS = [(1024, 4, 1), (2048, 8, 1), (4096, 8, 1), (4096, 16, 1), (8192, 8, 1), (16384, 8, 1),
+                    (4096, 8, 8), (8192, 8, 4)]
 MAX_TILE_N = 4096  # widest row a one-tile reduction holds in registers (Inductor's limit too)
 INTERPRETER_CONFIGS = {
     "flat": [(16, 1), (32, 1)],
     "pointwise": [(2, 16, 1), (4, 8, 1)],
     "reduction": [(2, 16, 1), (1, 8, 1)],
-    "tile": [(2, 1), (1, 1)],  # (BLOCK_M, num_warps)
+    "tile": [(2, 2, 1), (1, 3, 1)],  # (BLOCK_M, ROWS, num_warps)
 }
+
+
+def tile_configs(block_n: int) -> list[tuple[int, int, int]]:
+    """The GPU configs of a one-tile reduction of this BLOCK_N: (BLOCK_M, ROWS, num_warps)."""
+    table = []
+    for elements, warps, rows in GPU_TILE_CONFIGS:
+        config = (max(1, elements // block_n), rows, warps)
+        if config not in table:
+            table.append(config)
+    return table
 
 
 def interpreting() -> bool:
@@ -131,15 +153,8 @@ class CompiledKernel:
 
         interp = self.target == "interpreter"
         if form == "tile":
-            if interp:
-                table = INTERPRETER_CONFIGS["tile"]
-            else:
-                table = []
-                for elements, warps in GPU_TILE_CONFIGS:
-                    pair = (max(1, elements // block_n), warps)
-                    if pair not in table:
-                        table.append(pair)
-            configs = [triton.Config({"BLOCK_M": m}, num_warps=w) for m, w in table]
+            table = INTERPRETER_CONFIGS["tile"] if interp else tile_configs(block_n)
+            configs = [triton.Config({"BLOCK_M": m, "ROWS": rows}, num_warps=w) for m, rows, w in table]
         elif form == "flat":
             table = (INTERPRETER_CONFIGS if interp else GPU_CONFIGS)["flat"]
             configs = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in table]
@@ -362,6 +377,11 @@ def launch_plan(ir: KernelIR, tensors: list[torch.Tensor], outs: list[torch.Tens
     r = ir.rank
     padded = list((1,) * (r - len(full)) + tuple(full))
     strides = _strides(ir, tensors, outs, full)
+    for l, st in zip(ir.loads, strides):
+        # the kernels index a cols_only input by its column alone: it must not vary by row
+        if l.cols_only and not all(_is_one(padded[d]) or compat.statically_equal(st[d], 0) for d in range(r - 1)):
+            raise ValueError(f"{ir.name}: input {l.param} ({tuple(tensors[l.param].shape)}) varies by row; "
+                             f"the kernel reads it as the same for every row")
     pointers = [tensors[l.param] for l in ir.loads] + list(outs)
     if ir.kind == "pointwise" and form in (None, "flat"):
         if all(l.space == "full" for l in ir.loads) and all(
@@ -392,14 +412,21 @@ def _next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+def tile_config(config: tuple) -> tuple:
+    """A one-tile config as (BLOCK_M, ROWS, num_warps); (BLOCK_M, num_warps) is one tile per
+    program."""
+    return (config[0], 1, config[1]) if len(config) == 2 else tuple(config)
+
+
 def check_config(compiled: CompiledKernel, form: str) -> tuple:
     """The config ``check.check_region`` runs a form with besides the autotuned launch, as
     ``launch`` takes it (block sizes, then num_warps): the first of the form, except for
     general reductions the narrowest tile, so that the sample's rows (37 columns) run the
-    loops."""
+    loops, and for one-tile reductions two tiles of one row per program (the autotuner's
+    pick for the sample may run one tile per program: this runs the next tile's loads)."""
     interp = compiled.target == "interpreter"
     if form == "tile":
-        return INTERPRETER_CONFIGS["tile"][0] if interp else (1, GPU_TILE_CONFIGS[0][1])
+        return INTERPRETER_CONFIGS["tile"][0] if interp else (1, 2, GPU_TILE_CONFIGS[0][1])
     table = (INTERPRETER_CONFIGS if interp else GPU_CONFIGS)["flat" if form == "flat" else compiled.ir.kind]
     if compiled.ir.kind == "reduction":
         return min(table, key=lambda c: c[1])
@@ -410,8 +437,9 @@ def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list,
            config: tuple | None = None, form: str | None = None) -> list[torch.Tensor]:
     """Run the kernel; returns the fresh outputs (tensors written in place are not returned).
     ``form``: that entry point instead of the launcher's choice; ``config``: instead of the
-    autotuner's choice (tests, benchmarks): flat (BLOCK, num_warps), tile (BLOCK_M,
-    num_warps), general (BLOCK_M, BLOCK_N, num_warps)."""
+    autotuner's choice (tests, benchmarks): flat (BLOCK, num_warps), tile (BLOCK_M, ROWS,
+    num_warps) or (BLOCK_M, num_warps) for one tile per program, general (BLOCK_M, BLOCK_N,
+    num_warps)."""
     import triton
     from torch.library import wrap_triton
 
@@ -426,6 +454,9 @@ def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list,
         elif ir.kind == "pointwise":
             def grid(meta):
                 return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+        elif plan.form == "tile":
+            def grid(meta):
+                return (triton.cdiv(m, meta["BLOCK_M"] * meta["ROWS"]),)
         else:
             def grid(meta):
                 return (triton.cdiv(m, meta["BLOCK_M"]),)
@@ -435,8 +466,8 @@ def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list,
             compiled.last = (plan.form, kernel)
             wrap_triton(kernel)[grid](*plan.args, **extra)
         else:
-            *blocks, warps = config
-            names = {"flat": ["BLOCK"], "tile": ["BLOCK_M"], "general": ["BLOCK_M", "BLOCK_N"]}[plan.form]
+            *blocks, warps = tile_config(config) if plan.form == "tile" else config
+            names = {"flat": ["BLOCK"], "tile": ["BLOCK_M", "ROWS"], "general": ["BLOCK_M", "BLOCK_N"]}[plan.form]
             compiled.jit(plan.form)[grid](*plan.args, **dict(zip(names, blocks)), **extra, num_warps=warps)
     return [o for o, s in zip(outs, ir.stores) if s.param is None]
 

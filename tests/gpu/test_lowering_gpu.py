@@ -247,3 +247,22 @@ def test_dynamic_batch_through_inductor():
             for p, q in zip(model.parameters(), ref.parameters()):
                 assert rel_err(p.grad, q.grad) <= 1e-5
     assert len([r for r in dsgraph.reports() if r.kind == "forward"]) == 1
+
+
+def test_through_inductor_a_call_launches_the_kernel_alone():
+    """The profiler (this torch's: CUDA kernels, their device time) on the benchmark's
+    rms_norm at a smaller size: a call through Inductor with dsgraph launches dsgraph's kernel
+    and nothing else (no copy or cast of its output), and stock Inductor's call its own kernel."""
+    from benchmarks import lowering as bench
+
+    case = next(c for c in bench.CASES if c.name == "rms_norm")
+    x, w = torch.randn(4, 256, 4096, device="cuda", dtype=torch.bfloat16), torch.randn(4096, device="cuda")
+    compiled = torch.compile(case.fn, backend="dsgraph", options={"pipeline": "lower_triton{select=all}"})
+    stock = torch.compile(case.fn)
+    with torch.no_grad():
+        ref = case.fn(x.double(), w.double())
+        assert rmse(compiled(x, w), ref) <= 2 * rmse(case.fn(x, w), ref) + 1e-3
+        ours, theirs = bench.profile_calls(lambda: compiled(x, w), 5), bench.profile_calls(lambda: stock(x, w), 5)
+    assert ours["kernels_per_call"] == 1 and ours["kernel_names"][0].startswith("dsg_red_"), ours
+    assert ours["kernel_us"] > 0 and ours["profiled_calls"] == 5 and ours["cpu_us"] > 0, ours
+    assert theirs["kernels_per_call"] == 1 and theirs["kernel_us"] > 0, theirs

@@ -75,6 +75,55 @@ def test_one_tile_layer_norm_reads_vectors_and_has_no_row_division():
         assert k.spills == 0
 
 
+def sass_lines(k, opcode):
+    return [line for line in k.sass.splitlines() if asm.SASS_LINE.match(line) and f" {opcode}" in line]
+
+
+def test_one_tile_layer_norm_loads_w_and_b_once_per_program_for_every_config():
+    """Every config the GPU autotuner tries: no spills; x read once (a tile's loads issued
+    before the barriers of the reductions that wait for them: the first tile's before the
+    loop, the next tile's before the current tile's first barrier); w and b (the same for
+    every row) loaded once per program, as many loads whatever the rows per tile and tiles
+    per program; N == BLOCK_N is a constant: no column mask, x's loads unpredicated."""
+    ir, tensors = region_of(layer_norm, meta(16, 1024, 4096, dtype=BF16), meta(4096), meta(4096))
+    assert [l.cols_only for l in ir.loads] == [False, True, True]
+    for block_m, rows, warps in kernels.tile_configs(4096):
+        k = asm.compile_for_cuda(ir, tensors, config=(block_m, rows, warps))
+        assert k.spills == 0, (block_m, rows, warps)
+        per_thread = 4096 // (32 * warps)  # columns of a row one thread holds
+        x_loads = block_m * per_thread * 2 // 16  # 16-byte vectors of bf16
+        w_and_b = 2 * per_thread * 4 // 16  # fp32
+        ldg = sass_lines(k, "LDG")
+        assert len(ldg) == x_loads * (2 if rows > 1 else 1) + w_and_b, (block_m, rows, warps)
+        assert all(".128" in line for line in ldg)
+        if rows == 1:
+            assert k.executed == k.instructions
+            first_barrier = next(i for i, o in enumerate(k.opcodes) if o.startswith("BAR"))
+            assert all(i < first_barrier for i, o in enumerate(k.opcodes) if o.startswith("LDG"))
+            assert not any("@" in line.split("LDG")[0] for line in ldg)  # no mask at all
+        else:
+            (first, last), = asm.loop_bodies(k.sass)
+            assert k.executed == k.instructions + (rows - 1) * (last - first + 1)
+            body = k.opcodes[first:last + 1]
+            assert sum(o.startswith("LDG") for o in body) == x_loads  # the next tile's x, nothing else
+            first_barrier = next(i for i, o in enumerate(body) if o.startswith("BAR"))
+            assert all(i < first_barrier for i, o in enumerate(body) if o.startswith("LDG"))
+            assert sum(o.startswith("LDG") for o in k.opcodes[:first]) == x_loads + w_and_b
+
+
+def test_one_tile_norms_issue_fewer_instructions_than_with_a_runtime_n():
+    """H200 run of session 6 (N a run-time argument, a column mask): 20.1 SASS instructions
+    per element for layer_norm at one row, 8 warps, 12.9 for rms_norm. N a constant folds
+    the mask, its selects and zero fills; several rows per tile share w (and b)."""
+    ln, ln_tensors = region_of(layer_norm, meta(16, 1024, 4096, dtype=BF16), meta(4096), meta(4096))
+    rms, rms_tensors = region_of(lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True)
+                                                                       + 1e-6) * w).to(BF16),
+                                 meta(16, 1024, 4096, dtype=BF16), meta(4096))
+    assert asm.compile_for_cuda(ln, ln_tensors, config=(1, 1, 8)).per_element < 16
+    assert asm.compile_for_cuda(ln, ln_tensors, config=(4, 1, 8)).per_element < 12
+    assert asm.compile_for_cuda(rms, rms_tensors, config=(1, 1, 8)).per_element < 11
+
+
 def test_unmerged_leading_dims_keep_their_division_merged_ones_do_not():
     """What merging leading dims buys: a batch whose rows sit apart in memory (a slice)
     keeps the integer % and // that unflatten the row index; a contiguous one has none."""

@@ -218,20 +218,25 @@ def test_reductions_fp32(fn, make):
     check_close(fn, inputs, run_kernel(gm, region, binding, compiled, inputs))
 
 
-@pytest.mark.parametrize("form,block_n", [("tile", None), ("general", 64), ("general", 16), ("general", 8)])
+@pytest.mark.parametrize("form,block_n", [("tile", None), ("tile", (2, 3)), ("tile", (1, 4)), ("tile", (4, 2)),
+                                          ("general", 64), ("general", 16), ("general", 8)])
 def test_each_reduction_form_agrees_with_eager(form, block_n):
     """A reduction kernel has two entry points: the one-tile kernel (BLOCK_N =
-    next_power_of_2(N) from the launcher, every input read once) and the general kernel,
-    which takes the one-tile branch when N <= BLOCK_N and loops per level of reductions
-    otherwise. Here each runs with a fixed config (N = 37: one tile at 64, 3 and 5 chunks
-    at 16 and 8)."""
+    next_power_of_2(N) from the launcher, every input read once; BLOCK_M rows per tile, ROWS
+    tiles per program, each loading the next one's rows) and the general kernel, which takes
+    the one-tile branch when N <= BLOCK_N and loops per level of reductions otherwise. Here
+    each runs with a fixed config (N = 37: one tile at 64, 3 and 5 chunks at 16 and 8; for
+    the one-tile kernel (BLOCK_M, ROWS) whose last program ends past the last row)."""
     for fn, make in [(layer_norm, lambda: [torch.randn(3, 5, 37) * 2 + 1, torch.randn(37), torch.randn(37)]),
                      (softmax, lambda: [torch.randn(4, 37) * 3]),
                      (unbiased_var_and_sums, lambda: [torch.randn(6, 37) + 3])]:
         gm, region, binding, compiled = only_region(fn, *make())
         inputs = make()
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        config = (2, 1) if form == "tile" else (2, block_n, 1)
+        if form == "tile":
+            config = (2, 1) if block_n is None else (*block_n, 1)
+        else:
+            config = (2, block_n, 1)
         got = kernels.launch(compiled, [inputs[placeholders.index(p)] for p in binding.params], [],
                              config=config, form=form)
         by_node = dict(zip(region.outputs, got))
@@ -315,9 +320,16 @@ def test_source_reads_well():
     compile(src, "kernel.py", "exec")  # parses
     (FileCheck().check("# ops: var_mean").check(f"# entry points: {compiled.name}_tile, {compiled.name} ")
      .check("# target: interpreter").check("def _add(a, b):").check("def _max(a, b):")
-     # the one-tile kernel: straight-line, the reductions inline
-     .check(f"def {compiled.name}_tile(").check("BLOCK_M: tl.constexpr").check("row_mask = rows < M")
-     .check_not("for start in range").check("tl.load(in0_ptr").check("tl.load(in1_ptr").check("tl.load(in2_ptr")
+     # the one-tile kernel: N a constexpr; w and b (the same for every row) read once per
+     # program, then ROWS tiles, each loading the next one's x before its reductions
+     .check(f"def {compiled.name}_tile(").check("N: tl.constexpr").check("BLOCK_M: tl.constexpr")
+     .check("ROWS: tl.constexpr").check("col_mask = cols < N").check_not("for start in range")
+     .check("# the same for every row: read once per program")
+     .check("tl.load(tl.broadcast_to(in1_ptr + cols * in1_s2, (BLOCK_M, BLOCK_N))")
+     .check("tl.load(tl.broadcast_to(in2_ptr + cols * in2_s2, (BLOCK_M, BLOCK_N))")
+     .check("r_first = tl.minimum(rows_first, M - 1)").check("v0_in = tl.load(in0_ptr + in0_row_first")
+     .check("for step in range(ROWS):").check("row_mask = rows < M").check("if ROWS > 1:")
+     .check("v0_in = tl.load(in0_ptr + in0_row_next").check("mask=next_mask & col_mask)")
      .check("v1 = tl.reduce(t_v1, 1, _add)").check("/ N  # mean")
      .check("tl.store(out2_ptr")
      # the general kernel: the same tile behind a runtime branch, then the loops
@@ -327,7 +339,8 @@ def test_source_reads_well():
      .check("# loop 2 of 3").check("# loop 3 of 3").check('eviction_policy="evict_first"')
      .check("tl.store(out2_ptr").run(src))
     assert src.count("for start in range(0, N, BLOCK_N):") == 3
-    assert src.count("tl.load(in0_ptr") == 5  # once per one-tile body, once per loop
+    # the one-tile kernel's first tile and next tiles, the general kernel's tile and loops
+    assert src.count("tl.load(in0_ptr") == 6
     assert 'eviction_policy="evict_last"' in src  # the first loops keep the row cached
     # only Triton builtins: triton.language's @jit helpers are not interpreted unless the
     # interpreter was on when triton was imported

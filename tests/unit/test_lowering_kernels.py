@@ -86,9 +86,22 @@ def test_cache_is_by_signature_not_size():
     _, _, a = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
     _, _, b = region_kernel(norm_and_stats, torch.randn(7, 2, 45), torch.randn(45))
     assert a is b
-    # a weight of the full shape instead of a broadcast [N]: the same kernel, other strides
-    _, _, same = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(3, 5, 20))
+    # a weight [1, 1, N] is the broadcast [N] one (the same for every row, loaded once per
+    # program); one of the full shape is another kernel (loaded per row), whose strides
+    # serve any layout
+    _, _, same = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(1, 1, 20))
     assert same is a
+    _, _, full = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(3, 5, 20))
+    assert full is not a and [l.cols_only for l in full.ir.loads] == [False, False]
+    assert [l.cols_only for l in a.ir.loads] == [False, True]
+    _, _, again = region_kernel(norm_and_stats, torch.randn(2, 3, 8), torch.randn(2, 3, 8))
+    assert again is full
+    # the broadcast kernel reads w by column alone: a w that varies by row is refused
+    x, w = torch.randn(3, 5, 20), torch.randn(20)
+    mean, y = a.op(x, w)  # outputs in graph order
+    assert rel_err(y.float(), norm_and_stats(x, w)[0].float()) <= 1e-2
+    with pytest.raises(ValueError, match="varies by row"):
+        a.op(x, torch.randn(3, 5, 20))
     # another dtype, a per-row weight (loaded once per row) or another constant: other kernels
     _, _, c = region_kernel(norm_and_stats, torch.randn(3, 5, 20, dtype=torch.float16), torch.randn(20))
     _, _, d = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(3, 5, 1))
@@ -103,7 +116,8 @@ def test_autotune_configs_are_small_under_the_interpreter():
     assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in compiled.configs("general")] == \
         [(m, n) for m, n, _ in kernels.INTERPRETER_CONFIGS["reduction"]]
     assert [c.kwargs for c in compiled.configs("tile", 64)] == \
-        [{"BLOCK_M": m} for m, _ in kernels.INTERPRETER_CONFIGS["tile"]]
+        [{"BLOCK_M": m, "ROWS": rows} for m, rows, _ in kernels.INTERPRETER_CONFIGS["tile"]]
+    assert any(rows > 1 for _, rows, _ in kernels.INTERPRETER_CONFIGS["tile"])  # the CPU tests run the loop
     x, w = torch.randn(5, 3, 37), torch.randn(37)
     compiled.op(x, w)
     # N = 37 fits one tile (BLOCK_N = 64, from the launcher): the autotuner picked one of
@@ -116,18 +130,24 @@ def test_autotune_configs_are_small_under_the_interpreter():
 
 def test_gpu_configs_cover_inductors_for_the_benchmark_shapes():
     """What the autotuner tries on a GPU (no GPU needed to list them): one-tile reductions
-    hold 1024 to 4096 elements per program, several rows only when rows are short; for
-    4096 columns one row with 4, 8 or 16 warps (Inductor: one row, 8 warps); flat pointwise
-    blocks of 1024 to 4096 with 8 or 16 elements per thread (Inductor: 1024 with 4 warps)."""
+    hold 1024 to 16384 elements per tile, several rows only when rows are short or to share
+    what is the same for every row; for 4096 columns one row with 4, 8 or 16 warps
+    (Inductor: one row, 16 warps), 2 or 4 rows with 8, and 8 tiles of one row or 4 of two
+    per program; flat pointwise blocks of 1024 to 4096 with 8 or 16 elements per thread
+    (Inductor: 1024 with 4 warps)."""
     _, _, compiled = region_kernel(norm_and_stats, torch.randn(3, 5, 20), torch.randn(20))
     compiled.target = "gpu"  # configs() reads only the target; nothing is compiled or run here
     try:
-        wide = [(c.kwargs["BLOCK_M"], c.num_warps) for c in compiled.configs("tile", 4096)]
-        assert wide == [(1, 4), (1, 8), (1, 16)]
+        wide = [(c.kwargs["BLOCK_M"], c.kwargs["ROWS"], c.num_warps) for c in compiled.configs("tile", 4096)]
+        assert wide == [(1, 1, 4), (1, 1, 8), (1, 1, 16), (2, 1, 8), (4, 1, 8), (1, 8, 8), (2, 4, 8)]
+        assert wide == kernels.tile_configs(4096)
         for block_n in (1, 16, 64, 256, 1024, 2048, 4096):
-            for c in compiled.configs("tile", block_n):
+            configs = compiled.configs("tile", block_n)
+            assert len(configs) == len({(c.kwargs["BLOCK_M"], c.kwargs["ROWS"], c.num_warps) for c in configs})
+            for c in configs:
                 elements = c.kwargs["BLOCK_M"] * block_n
-                assert elements <= max(block_n, 4096) and (c.kwargs["BLOCK_M"] == 1 or elements >= 1024)
+                assert elements <= max(block_n, 16384) and (c.kwargs["BLOCK_M"] == 1 or elements >= 1024)
+                assert elements // (32 * c.num_warps) <= 64  # elements per thread per tile
         flat = [(b, w) for b, w in kernels.GPU_CONFIGS["flat"]]
         assert (1024, 4) in flat and all(8 <= b // (32 * w) <= 16 for b, w in flat)
     finally:

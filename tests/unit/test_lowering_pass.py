@@ -246,14 +246,17 @@ def test_static_sizes_go_to_inductor_as_the_fast_entry_points():
     for node in gm.graph.nodes:
         if node.target is torch.ops.higher_order.triton_kernel_wrapper_mutation:
             kernel = kernel_side_table.get_kernel(node.kwargs["kernel_idx"])
-            launched[kernel.fn.__name__] = (kernel, node.kwargs["kwargs"])
+            launched[kernel.fn.__name__] = (kernel, node.kwargs["kwargs"], node.kwargs["grid"])
     names = {p.kernel for p in plan.regions}
     assert set(launched) == {f"{n}_tile" for n in names if n.startswith("dsg_red")} | \
         {f"{n}_flat" for n in names if n.startswith("dsg_pw")}
-    for name, (kernel, kwargs) in launched.items():
+    for name, (kernel, kwargs, grids) in launched.items():
         if name.endswith("_tile"):
             assert kwargs["BLOCK_N"] == 64 and kwargs["N"] == 40 and kwargs["D1"] == 1
-            assert all(set(c.kwargs) == {"BLOCK_M"} for c in kernel.configs)
+            assert all(set(c.kwargs) == {"BLOCK_M", "ROWS"} for c in kernel.configs)
+            # one grid per config: 24 rows in programs of BLOCK_M * ROWS
+            assert [tuple(g) for g in grids] == \
+                [(-(-24 // (c.kwargs["BLOCK_M"] * c.kwargs["ROWS"])), 1, 1) for c in kernel.configs]
         else:
             assert kwargs["NUMEL"] == 5 * 33 and all(set(c.kwargs) == {"BLOCK"} for c in kernel.configs)
 
