@@ -71,6 +71,9 @@ class EmulatedGraph:
     pointwise_users: Sequence[bool] | dict = ()
     # canonical index maps, shared by the emulations of one graph (memoized compositions)
     maps: IndexMaps | None = None
+    # Inductor's layout optimization is on for this graph (``decide_layout_opt``): the
+    # convolutions' stride constraints do not apply
+    layout_opt: bool = False
 
 
 @dataclass
@@ -96,6 +99,9 @@ class InductorRun:
     buffers: list[Buffer] = field(default_factory=list)
     input_last: dict = field(default_factory=dict)  # graph input id -> last step reading it (-1: none)
     output_buffers: dict = field(default_factory=dict)  # output node id -> buffer index
+    # per scheduled step (fused groups placed and reordered): the node of the group's
+    # latest kernel. Buffers' ``start`` / ``end`` are on this clock, not ``kernels``'
+    schedule: list[int] = field(default_factory=list)
 
 
 class _Expr:
@@ -312,21 +318,37 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 r = resolve(args[0]) if args else ("none",)
                 state[i] = _view_state(r, None, None, compose)
             elif op.multi:
-                state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
+                state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
             else:
                 state[i] = ("buf", new_buffer(i, op.bytes, step))
                 if kind == REDUCTION and op.own_ops:  # mean: the sum's buffer divided by the count
                     epilogue(i, state[i][1])
             continue
-        # extern and fallback kernels: their inputs are stored first, their outputs are buffers
-        for j in args:
-            realize_input(j)
+        # extern and fallback kernels: their inputs are stored first, their outputs are buffers.
+        # A stride constraint (``require_stride_order``) copies an input that is not in
+        # memory (an expression, or a view of one) into a buffer of this kernel's own
+        # (``copy_input``: the view's elements; the expression stays unrealized, and
+        # another kernel that reads it makes its own copy); the fallback's
+        # ``realize_input`` then stores what is left (a view's base, an expression)
         loaded = set()
-        for j in args:
+        rest = []
+        if op.constraint == "strides" or (op.constraint == "conv" and not g.layout_opt):
+            for j in args:
+                r = resolve(j)
+                if r[0] == "expr" and info[j].bytes:
+                    copy = kernel(j, {(b, k) for b, _, k in r[1].loads}, POINTWISE)
+                    loaded.add((new_buffer(j, info[j].bytes, copy), None))
+                else:
+                    rest.append(j)
+        else:
+            rest = list(args)
+        for j in rest:
+            realize_input(j)
+        for j in rest:
             loaded |= loads_of(j)
         step = kernel(i, loaded, EXTERN)
         if op.multi:
-            state[i] = ("multi", {k: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
+            state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
         elif op.nbytes:
             state[i] = ("buf", new_buffer(i, op.bytes, step))
         else:
@@ -345,6 +367,10 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     for b in buffers:
         b.planned_bytes = b.nbytes
     _fuse_local(run, reads, g, position)
+    schedule: dict[int, int] = {}
+    for k, at in enumerate(position):
+        schedule[at] = run.kernels[k]
+    run.schedule = [schedule[at] for at in sorted(schedule)]
     for k, b in enumerate(buffers):
         if b.start >= 0:
             b.start = position[b.start]

@@ -111,6 +111,13 @@ class OpInfo:
     # constants the expression holds (``ops.constant`` / an index constant, by value and
     # dtype): Inductor's counter counts each once per expression, whoever made it
     consts: frozenset = frozenset()
+    # tuple index of each output tensor (``nbytes``' order): a multi-output op may return
+    # None in places (``convolution_backward`` without grad_input)
+    elements: tuple = ()
+    # an extern kernel whose lowering puts a stride constraint on its inputs first
+    # (``maybe_layout_constraints``): "strides"; "conv": the convolutions', which apply
+    # only in a graph without layout optimization (``constrain_conv_to_fx_strides``)
+    constraint: str = ""
 
     @property
     def bytes(self) -> int:
@@ -126,6 +133,9 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     if info.kind in (POINTWISE, VIEW):
         info.maps = _maps(node, info)
     info.dtypes = tuple(t.dtype for _, t in vals)
+    info.elements = tuple(k if k is not None else 0 for k, _ in vals)
+    if info.kind == EXTERN and node.op == "call_function":
+        info.constraint = _constraint(node)
     info.name = op_name(node) if node.op == "call_function" else ""
     info.loop = info.numel = max((_numel(t) for _, t in vals), default=0)
     if info.kind == REDUCTION:
@@ -186,6 +196,19 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     own, consts = _pointwise_ops(node, name, val)
     return OpInfo(POINTWISE, own, heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
                   moves=name in MOVES, multi=multi, consts=consts)
+
+
+def _constraint(node: Node) -> str:
+    """What stride constraint Inductor's lowering puts on the inputs of this extern kernel
+    (``OpInfo.constraint``)."""
+    target = node.target
+    if target in (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default):
+        return "conv"
+    lowerings, fallbacks, _ = _registries()
+    found = compat.inductor_layout_constraint(target, target in lowerings or target in fallbacks)
+    if found == "fake" and "eager_input_vals" not in node.meta:
+        return ""  # constrain_to_fake_tensors only constrains a node that recorded its eager inputs
+    return found or ""
 
 
 def _pointwise_ops(node: Node, name: str, val) -> tuple[int, frozenset]:

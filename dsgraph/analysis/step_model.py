@@ -117,6 +117,8 @@ class StepModel:
         self.device_type = device_type
         self.rules = Rules.for_device(device_type)
         self.info: list[OpInfo] = [classify(n, self.rules) for n in nodes]
+        self.is_convolution = [n.target is torch.ops.aten.convolution.default for n in nodes]
+        self.layout_opt_possible = compat.inductor_layout_opt_possible(device_type)
         self.index_maps = IndexMaps()  # the index maps' compositions, shared by every partition's emulation
         self.realizing_user = [any(self.info[u].realizes_inputs for u in self.users[i]) for i in range(n_nodes)]
         # FX: storages (views alias their base; a multi-output node's elements have their own)
@@ -405,8 +407,11 @@ class StepModel:
             realizing[i] = any(info[u].realizes_inputs for u in us)
             if info[i].name == "add" and len(self.ins[i]) == 2:  # all the addmm pattern asks about
                 pointwise[i] = i not in output_set and all(self._pointwise_use(u, members, 0, memo) for u in us)
+        # ``GraphLowering.decide_layout_opt``: on a CPU with mkldnn, any convolution turns it
+        # on (the GPU's heuristics are not modelled: a convolution turns it on there too)
+        layout_opt = self.layout_opt_possible and any(self.is_convolution[i] for i in order)
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
-                             frozenset(donated), pointwise, self.index_maps)
+                             frozenset(donated), pointwise, self.index_maps, layout_opt)
 
     def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
@@ -431,7 +436,7 @@ class StepModel:
         bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in bw_members for u in self.users[t]))
         donated = {i for i in saved_out if self.storage_of[i] not in self.primal_storages}
         bw_run = emulate(self._graph(bw_order, bw_inputs, self.bwd_outputs, donated), self.rules)
-        steps, fw0, bw0, end = self._clock(fw_run.kernels, bw_run.kernels)
+        steps, fw0, bw0, end = self._clock(fw_run.schedule, bw_run.schedule)
         intervals = []
         user_out = set(self.fwd_outputs)
         # saved value -> last backward step reading it (its buffer in the backward)
@@ -451,7 +456,7 @@ class StepModel:
             elif nodes:
                 uses = [bw_last.get(n, -1) for n in nodes]
                 last = max(uses)
-                stop = end if last >= len(bw_run.kernels) else bw0 + max(last, 0)
+                stop = end if last >= len(bw_run.schedule) else bw0 + max(last, 0)
                 if any(n in bw_input_outputs for n in nodes):
                     stop = end
             else:
@@ -473,7 +478,7 @@ class StepModel:
             intervals.append((bw0 + b.start, stop, b.nbytes))
             if labels is not None:
                 labels.append(f"backward:{self.nodes[b.node].name}")
-        return self._result(INDUCTOR, intervals, steps, fw_run.kernels, bw_run.kernels, used_saved, recomputed,
+        return self._result(INDUCTOR, intervals, steps, fw_run.schedule, bw_run.schedule, used_saved, recomputed,
                             labels)
 
 

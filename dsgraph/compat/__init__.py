@@ -34,6 +34,8 @@ from .fx import (
 from .inductor import (
     CodegenOnly,
     inductor_codegen_only,
+    inductor_layout_constraint,
+    inductor_layout_opt_possible,
     inductor_registries,
     inductor_rules,
     arena_inductor_patches,
@@ -66,7 +68,7 @@ from .trace import trace_artifact, tracing
 from .version import SUPPORTED, TORCH_VERSION, check_version
 
 __all__ = [
-    "CodegenOnly", "inductor_codegen_only", "inductor_registries", "inductor_rules", "min_cut_saved_names",
+    "CodegenOnly", "inductor_codegen_only", "inductor_layout_constraint", "inductor_layout_opt_possible", "inductor_registries", "inductor_rules", "min_cut_saved_names",
     "min_cut_partition_if",
     "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
     "arena_inductor_patches", "at_backward_end", "graph_task_id", "collective_order_patches", "control_deps_op", "group_name",

@@ -242,6 +242,47 @@ def inductor_registries() -> tuple[Any, Any, Any]:
     return L.lowerings, L.fallbacks, L.needs_realized_inputs
 
 
+def inductor_layout_constraint(target: Any, fallback: bool) -> str | None:
+    """Whether Inductor's lowering puts a stride constraint on ``target``'s inputs before
+    it runs (``GraphLowering.call_function``: ``maybe_layout_constraints``: the SDPA
+    fallbacks' ``sdpa_constraint``, ``constrain_to_fx_strides``, ``require_contiguous``,
+    layout tags); for an op without a lowering (``fallback=False``), the one its implicit
+    fallback gets from its tags or the custom-op default. None: no constraint; "fake":
+    ``constrain_to_fake_tensors``, which applies only to a node with ``eager_input_vals``;
+    "strides": any other."""
+    import torch
+    import torch._inductor.lowering as L
+    from torch._library.utils import get_layout_constraint_tag, is_builtin
+
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    if target in L.lowerings:
+        found = L.maybe_layout_constraints(target)
+    elif fallback:
+        return None
+    elif get_layout_constraint_tag(target, with_default=False) is None and is_builtin(target):
+        return None  # in a backward: require_contiguous (not known per node here)
+    else:
+        found = L.tag_to_layout_constraint(get_layout_constraint_tag(target, with_default=True))
+    if found is None:
+        return None
+    return "fake" if found is L.constrain_to_fake_tensors else "strides"
+
+
+def inductor_layout_opt_possible(device_type: str) -> bool:
+    """Whether a graph with a convolution gets Inductor's layout optimization on this
+    device (``GraphLowering.decide_layout_opt``, torch 2.13: ``config.layout_optimization``;
+    on a CPU, mkldnn enabled and available)."""
+    import torch
+    import torch._inductor.config as c
+
+    if not c.layout_optimization:
+        return False
+    if c.force_layout_optimization or device_type != "cpu":
+        return True
+    return bool(torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available())
+
+
 def inductor_rules(device_type: str) -> dict[str, Any]:
     """The store-or-recompute thresholds Inductor's lowering applies on this device
     (``torch._inductor.config``; checked on torch 2.13): an unset

@@ -59,6 +59,8 @@ class CompiledPeaks:
     origin_node: dict[str, dict[str, str | None]] = field(default_factory=dict)  # stage -> buffer -> its FX node
     # stage -> (step, buffer, its FX node, bytes, reuses) of each buffer Inductor's wrapper allocates or reuses
     allocations: dict[str, list[tuple]] = field(default_factory=dict)
+    # stage -> per scheduler step, the FX nodes its kernel was lowered from
+    step_origins: dict[str, list[list[str]]] = field(default_factory=dict)
 
     @property
     def fx_peak(self) -> int:
@@ -174,7 +176,7 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
     ``kernels=False``: Inductor stops once its wrapper is generated (its buffer plan is
     complete then: ``compat.inductor_codegen_only``) and the step runs the same graphs as FX
     code; ``True`` compiles and runs Inductor's kernels."""
-    seen: dict = {"graphs": {}, "plans": {}, "origins": {}, "origin_node": {}, "allocations": {}}
+    seen: dict = {"graphs": {}, "plans": {}, "origins": {}, "origin_node": {}, "allocations": {}, "steps": {}}
 
     def partition(gm, joint_inputs, **kwargs):
         gm.graph = compat.fx_graph_cse(gm)
@@ -206,6 +208,10 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
         seen["origin_node"][stage] = {buf.get_name(): getattr(getattr(buf, "origin_node", None), "name", None)
                                       for buf in graph.buffers}
         seen["allocations"][stage] = _allocations(graph)
+        seen["steps"][stage] = [sorted(o.name for o in getattr(getattr(sn, "node", None), "origins", ()) or ())
+                                if getattr(sn, "node", None) is not None else
+                                sorted({o.name for m in sn.get_nodes() for o in (getattr(m.node, "origins", ()) or ())})
+                                for sn in graph.scheduler.nodes]
         return compiled
 
     def backend(gm, example_inputs):
@@ -225,4 +231,4 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
         bw_plan.input_bytes, bw_plan.input_expr = dict(bw_fx.input_bytes), dict(bw_fx.input_expr)
         real = stitch(fw_plan, bw_plan, external, saved)
     return CompiledPeaks(fx, real, saved, fw, bw, seen["joint"], seen["plans"], sum(iv.nbytes for iv in external),
-                         seen["origins"], seen["origin_node"], seen["allocations"])
+                         seen["origins"], seen["origin_node"], seen["allocations"], seen["steps"])

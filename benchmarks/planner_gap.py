@@ -1,0 +1,166 @@
+"""Where the Inductor emulation's live set differs from Inductor's own plan, buffer by
+buffer, on a zoo model (a diagnostic for the zoo prediction test,
+tests/e2e/test_checkpoint_zoo_inductor.py).
+
+    python -m benchmarks.planner_gap llama --plan smallest [--step K]
+
+Compiles the partition the planner makes at a budget (``stock``, ``halfway``,
+``smallest``) through Inductor (stopped after code generation), evaluates the emulation on
+the same saved set, and at Inductor's peak step (or clock step ``K`` of Inductor's plan)
+finds the emulated kernel lowered from the same FX node; then lists the buffers live in
+one and not the other, each named by the FX node it holds (Inductor's ``origin_node``),
+and the steps each starts and ends at on both clocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dsgraph.analysis.step_model import StepModel
+from dsgraph.recompute import truth
+from dsgraph.recompute.joint import JointGraph
+from dsgraph.recompute.planner import external_bytes, plan_checkpoint
+
+
+def run(name: str, plan_label: str = "smallest", step: int | None = None, every: bool = False) -> dict:
+    from tests import zoo
+    from tests.e2e.test_checkpoint_zoo import captured, smallest, stock_peak
+
+    j = captured(name)
+    low = smallest(j, "inductor").smallest_feasible
+    budget = {"stock": 1 << 50, "smallest": low}.get(plan_label)
+    if budget is None:
+        budget = (low + stock_peak(j, "inductor")) // 2
+    model, inputs = zoo.build(name)
+    static = j.kwargs.get("static_lifetime_input_indices") or []
+    joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], static)
+    sm = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static, external=external_bytes(joint))
+    made = {}
+
+    def choose(gm, ji, kw):
+        made["plan"] = plan_checkpoint(gm, ji, kw, budget, executor="inductor")
+        return made["plan"].forward, made["plan"].backward
+
+    real = truth.compiled_peaks(model, inputs, choose, inductor=True)
+    tl = real.inductor
+    by = {n.name: n for n in j.gm.graph.nodes}
+    saved = [sm.index[by[n]] for n in real.saved_names if n in by]
+    pred = sm.evaluate(saved, "inductor", explain=True)
+    print(f"{name} {plan_label}: predicted {made['plan'].predicted_peak} model {pred.peak} truth {tl.peak_bytes} "
+          f"error {made['plan'].predicted_peak / tl.peak_bytes - 1:+.2%}")
+    print("  model peaks at", pred.steps[pred.peak_step][0], sm.nodes[pred.steps[pred.peak_step][1]].name,
+          "truth at", tl.entries[tl.peak_index()])
+    f = len(real.plans["forward"].steps)
+
+    def truth_origins(k: int) -> tuple[str, list[str]]:
+        if 1 <= k <= f:
+            return "forward", real.step_origins["forward"][k - 1]
+        if f < k <= f + len(real.plans["backward"].steps):
+            return "backward", real.step_origins["backward"][k - 1 - f]
+        return "", []
+
+    from dsgraph.analysis.inductor_ops import EXTERN
+
+    position = {n.name: k for k, n in enumerate(sm.nodes)}
+
+    def model_step(k: int) -> int | None:
+        """The emulated kernel of the same FX node: an extern kernel's if the step has one,
+        else the one of the latest node among the step's origins."""
+        graph, names = truth_origins(k)
+        hits = [s for s, (g, i) in enumerate(pred.steps) if g == graph and i >= 0 and sm.nodes[i].name in names]
+        if not hits:
+            return None
+        extern = [s for s in hits if sm.info[pred.steps[s][1]].kind == EXTERN]
+        return max(extern or hits, key=lambda s: position[sm.nodes[pred.steps[s][1]].name])
+
+    def tname(label: str) -> str:
+        """An Inductor buffer by the FX node it holds (else the latest of its origins)."""
+        stage, _, buf = label.partition(":")
+        node = real.origin_node.get(stage, {}).get(buf)
+        if not node:
+            origins = [o for o in real.origins.get(stage, {}).get(buf, ()) if o in position]
+            node = max(origins, key=position.__getitem__) if origins else None
+        return f"{stage}:{node}" if node else label
+
+    # the emulation's buffers of a multi-output node, by the getitem that takes each element
+    element_names: dict[str, list[str]] = {}
+    for n in sm.nodes:
+        if n.op == "call_function" and sm.is_getitem[sm.index[n]] and isinstance(n.args[0], type(n)):
+            element_names.setdefault(n.args[0].name, []).append(n.name)
+
+    def pname(label: str) -> str:
+        stage, _, node = label.partition(":")
+        node = node.replace(":workspace", "")
+        return label if node not in element_names else f"{stage}:{node}[{'|'.join(element_names[node])}]"
+
+    external = real.external
+
+    def compare(k: int, verbose: bool = True) -> int:
+        m = model_step(k)
+        t_live = [iv for iv in tl.live_at(k) if not iv.label.startswith("input:")]
+        t_sum = sum(iv.nbytes for iv in t_live) + external
+        if m is None:
+            if verbose:
+                print(f"  truth step {k} ({truth_origins(k)}): no emulated kernel of those nodes")
+            return 0
+        p_live = pred.live_at(m)
+        p_sum = pred.live[m]
+        if not verbose:
+            return p_sum - t_sum
+        print(f"  truth step {k} {tl.entries[k].node} ({' '.join(truth_origins(k)[1])}) live {t_sum}; "
+              f"model step {m} live {p_sum}: {p_sum - t_sum:+d}")
+        # pair each Inductor buffer with an emulated one of the same bytes whose node is
+        # among its origins (an element of a multi-output node: by its getitem)
+        t_items = [(iv, set(real.origins.get(iv.label.partition(":")[0], {}).get(iv.label.partition(":")[2], ()))
+                    | {tname(iv.label).partition(":")[2]}) for iv in t_live]
+        p_items = list(p_live)
+        matched_t, matched_p = set(), set()
+        for strict in (True, False):
+            for a, (iv, origins) in enumerate(t_items):
+                if a in matched_t:
+                    continue
+                stage = iv.label.partition(":")[0]
+                for b, (_, _, nbytes, label) in enumerate(p_items):
+                    if b in matched_p or nbytes != iv.nbytes or not label.startswith(stage):
+                        continue
+                    node = label.partition(":")[2].replace(":workspace", "")
+                    names = {node} | set(element_names.get(node, ()))
+                    if (names & origins) if strict else True:
+                        matched_t.add(a)
+                        matched_p.add(b)
+                        break
+        only_t = [t_items[a][0] for a in range(len(t_items)) if a not in matched_t]
+        only_p = [p_items[b] for b in range(len(p_items)) if b not in matched_p]
+        print(f"   only in truth ({sum(iv.nbytes for iv in only_t)} B):")
+        for iv in sorted(only_t, key=lambda iv: -iv.nbytes):
+            stage, _, buf = iv.label.partition(":")
+            print(f"     {iv.label} {iv.nbytes} [{iv.start}, {iv.end}] origins "
+                  f"{' '.join(real.origins.get(stage, {}).get(buf, ()))[:150]}")
+        print(f"   only in model ({sum(x[2] for x in only_p)} B):")
+        for a, b, nbytes, label in sorted(only_p, key=lambda x: -x[2]):
+            print(f"     {pname(label)} {nbytes} [{a}, {b}]")
+        print("   same bytes, other names:", sum(1 for a in matched_t) - sum(
+            1 for a in matched_t if a in matched_t), "(pairs by bytes alone follow the strict pairs)")
+        return p_sum - t_sum
+
+    if every:
+        for k in range(len(tl.entries)):
+            d = compare(k, verbose=False)
+            graph, names = truth_origins(k)
+            print(f"  {k:4d} {graph:8s} {tl.entries[k].live_bytes:9d} {d:+8d} {' '.join(names)[:80]}")
+    compare(tl.peak_index() if step is None else step)
+    return {"real": real, "pred": pred, "sm": sm, "plan": made["plan"]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("name")
+    p.add_argument("--plan", default="smallest", choices=["stock", "halfway", "smallest"])
+    p.add_argument("--step", type=int, default=None)
+    p.add_argument("--every", action="store_true", help="the live-bytes difference at every truth step")
+    args = p.parse_args(argv)
+    run(args.name, args.plan, args.step, args.every)
+
+
+if __name__ == "__main__":
+    main()
