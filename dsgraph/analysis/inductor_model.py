@@ -478,7 +478,10 @@ def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positi
             # the writer's index (the case checked against Inductor; other ancestors that
             # read it, pointwise ones, were emulated in place where Inductor was not, on a
             # gated network's backward: not yet traced, so not taken)
-            if (run.kinds[s] != REDUCTION or any(key is not None for b, key in reads[s] if b == r)
+            # over its input's last dimensions (a reduction over others, BatchNorm's over N, H
+            # and W, reads it at another index: Inductor's single-index check refuses it)
+            if (run.kinds[s] != REDUCTION or not g.info[run.kernels[s]].trailing
+                    or any(key is not None for b, key in reads[s] if b == r)
                     or not is_ancestor(run.kernels[s], writer)):
                 return False
         return True

@@ -118,6 +118,9 @@ class OpInfo:
     # (``maybe_layout_constraints``): "strides"; "conv": the convolutions', which apply
     # only in a graph without layout optimization (``constrain_conv_to_fx_strides``)
     constraint: str = ""
+    # a reduction over its input's last dimensions: it reads the input at the index a
+    # pointwise kernel over that input reads it at (Inductor's in-place rule compares them)
+    trailing: bool = False
 
     @property
     def bytes(self) -> int:
@@ -142,6 +145,25 @@ def classify(node: Node, rules: Rules) -> OpInfo:
         info.loop = max([_numel(a.meta["val"]) for a in node.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor)] + [info.loop])
     return info
+
+
+def _reduces_trailing_dims(node: Node) -> bool:
+    """Does a reduction node reduce its input's last dimensions (or all of them)? Its
+    ``dim`` argument is the second positional one or the ``dim`` keyword."""
+    x = node.args[0] if node.args else None
+    val = x.meta.get("val") if isinstance(x, Node) else None
+    if not isinstance(val, torch.Tensor):
+        return False
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    ndim = val.dim()
+    if dims is None or ndim == 0:
+        return True
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) for d in dims):
+        return False
+    wanted = sorted(d % ndim for d in dims)
+    return wanted == list(range(ndim - len(wanted), ndim))
 
 
 def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
@@ -182,7 +204,8 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
                 own, consts = _mean_epilogue(node)
             elif (name, None) in _VARIANCE:
                 own, consts = _variance_epilogue(node, rules)
-            return OpInfo(REDUCTION, own, nbytes=nbytes, nontrivial=nontrivial, multi=multi, consts=consts)
+            return OpInfo(REDUCTION, own, nbytes=nbytes, nontrivial=nontrivial, multi=multi, consts=consts,
+                          trailing=_reduces_trailing_dims(node))
         if name in _UNROLLED and rnumel > 1:  # a reduction over a few elements is unrolled into a pointwise expression
             own, consts = _mean_epilogue(node) if name == "mean" else (0, frozenset())
             return OpInfo(POINTWISE, own + max(rnumel - 1, 0) + _promotions(node, name), nbytes=nbytes,

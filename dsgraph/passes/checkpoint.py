@@ -29,7 +29,7 @@ from dsgraph.analysis.lifetimes import bytes_of
 from dsgraph.analysis.library_memory import blas_workspace_bytes
 from dsgraph.analysis.step import inductor_timeline, inputs_external
 from dsgraph.analysis.timeline import Interval
-from dsgraph.errors import DsgraphBudgetWarning
+from dsgraph.errors import BudgetError, DsgraphBudgetWarning
 from dsgraph.pass_api import CompiledStep, PassContext, PassResult, PassSpec, Recompile
 from dsgraph.passes.allreduce import inflight_bytes
 from dsgraph.recompute.planner import CheckpointPlan, plan_checkpoint
@@ -119,6 +119,23 @@ def lowers_recomputation(lower_triton, executor: str) -> bool:
     return (lower_triton.arg("select") or "tagged") in ("tagged", "recomputed", "all")
 
 
+def _chunks_for_the_floor(ctx: PassContext, error: BudgetError) -> None:
+    """A budget below the floor, with ``chunk_loss`` in the pipeline: its chunks were
+    planned for the budget asked, and asking for the floor would plan them for the floor
+    (larger chunks, another graph, another floor: a reported budget refused when asked).
+    Compile again with the chunks planned for the floor until the floor they give is the
+    one they were planned for; then the BudgetError reports a budget that is honoured."""
+    floor = error.smallest_feasible
+    chunk_loss = ctx.config.pipeline.get("chunk_loss")
+    planned_for = ctx.state.carry.get("chunk_loss")
+    if chunk_loss is None or chunk_loss.arg("chunks") is not None or planned_for == floor:
+        return
+    if ctx.state.attempt >= MAX_COMPILES:
+        return  # the last compile: the floor is reported as found
+    raise Recompile("chunk_loss", floor, f"the budget is below the smallest feasible one ({floor} bytes): "
+                    "planning the loss chunks for that budget", MAX_COMPILES)
+
+
 def run(gm, ctx: PassContext) -> PassResult:
     budget = ctx.args.get("budget")
     if budget is None:
@@ -142,9 +159,14 @@ def run(gm, ctx: PassContext) -> PassResult:
     # peak, in no graph's plan
     library = blas_workspace_bytes(gm)
     # a compile after Inductor's plan overran the budget plans with the overrun reserved
-    plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight + library,
-                           margin=ctx.carry or 0, executor=ctx.config.executor,
-                           lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"), ctx.config.executor))
+    try:
+        plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight + library,
+                               margin=ctx.carry or 0, executor=ctx.config.executor,
+                               lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"),
+                                                            ctx.config.executor))
+    except BudgetError as e:
+        _chunks_for_the_floor(ctx, e)
+        raise
     apply_checkpoint(plan, ctx)
     ctx.dump_text("checkpoint.md", plan.text())
     ctx.report(**{f"checkpoint_{k}": v for k, v in plan.stats().items()})

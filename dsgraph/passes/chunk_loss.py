@@ -299,7 +299,11 @@ def apply_chunk_loss(gm: GraphModule, plan: ChunkLossPlan) -> GraphModule:
 
 
 def _budget_of(ctx: PassContext) -> int | None:
-    """This pass's budget argument, else the checkpoint pass's budget, else the option."""
+    """The budget the chunks are planned for: what the checkpoint pass carried back (the
+    smallest feasible budget, when the step's budget was below it: see ``checkpoint.run``),
+    else this pass's budget argument, else the checkpoint pass's budget, else the option."""
+    if ctx.carry is not None:
+        return ctx.carry
     if ctx.args.get("budget") is not None:
         return ctx.args["budget"]
     checkpoint = ctx.config.pipeline.get("checkpoint")
