@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .inductor_index import IndexMaps
+from .inductor_reuse import reuse_in_place, reuse_pool
 from .inductor_ops import CAT, EXTERN, GETITEM, MUTATE, POINTWISE, REDUCTION, SCATTER, VIEW, OpInfo, Rules
 from .inductor_scheduler import _fuse_local
 
@@ -384,8 +385,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             b.end = b.start
     for b, nbytes in zip(buffers, original):
         b.planned = (b.start, b.end, nbytes)
-    _reuse_in_place(run, reads, g, position)
-    _reuse_pool(run, g)
+    reuse_in_place(run, reads, g, position)
+    reuse_pool(run, g)
     for b in buffers:
         if b.input:
             run.input_last[b.node] = b.end
@@ -424,160 +425,3 @@ def _view_state(r: tuple, key, step, compose) -> tuple:
     if r[0] == "view":
         return ("view", r[1], key if key is not None else r[2], compose(step, r[3]))
     return ("none",)
-
-
-def _reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
-    """A pointwise or reduction kernel writes its output into a buffer it loads element
-    for element, of the same bytes, whose last use it is (Inductor's in-place update;
-    donated graph inputs included). The two are then one block of memory.
-
-    Inductor's rule (``decide_inplace_update``): the buffer's users left once those that
-    already ran and the writer's own ancestors are set aside must be the writer alone, and
-    every access to the buffer inside the fused kernel must be at the writer's index. So the
-    reductions that read the logits before the loss gradient overwrites them (amax, the sum
-    of exponentials, fused into the same kernel, ancestors of the gradient) do not stop it;
-    a sibling in the same kernel that is not an ancestor does. Only reductions are set aside
-    so far (see ``only_writer_left``)."""
-    buffers = run.buffers
-    made_at: dict[int, list[int]] = {}
-    for k, b in enumerate(buffers):
-        if b.kernel >= 0:
-            made_at.setdefault(b.kernel, []).append(k)
-    root = list(range(len(buffers)))
-    readers: dict[int, list[int]] = {}  # buffer -> the kernels that load it
-    for s, loaded in enumerate(reads):
-        for b in {b for b, _ in loaded}:
-            readers.setdefault(b, []).append(s)
-
-    def find(k: int) -> int:
-        while root[k] != k:
-            root[k] = root[root[k]]
-            k = root[k]
-        return k
-
-    def is_ancestor(a: int, w: int) -> bool:
-        """Is node ``a`` an ancestor of node ``w``? (node ids are in graph order)"""
-        stack, seen = [w], {w}
-        while stack:
-            for j in g.ins[stack.pop()]:
-                if j == a:
-                    return True
-                if j > a and j not in seen:
-                    seen.add(j)
-                    stack.append(j)
-        return False
-
-    def only_writer_left(r: int, step: int, at: int) -> bool:
-        writer = run.kernels[step]
-        for s in readers.get(r, ()):
-            if s == step or position[s] < at:  # the writer, or a kernel that already ran
-                continue
-            if position[s] > at:
-                return False
-            # in the writer's fused kernel: a reduction the writer depends on, reading it at
-            # the writer's index (the case checked against Inductor; other ancestors that
-            # read it, pointwise ones, were emulated in place where Inductor was not, on a
-            # gated network's backward: not yet traced, so not taken)
-            # over its input's last dimensions (a reduction over others, BatchNorm's over N, H
-            # and W, reads it at another index: Inductor's single-index check refuses it)
-            if (run.kinds[s] != REDUCTION or not g.info[run.kernels[s]].trailing
-                    or any(key is not None for b, key in reads[s] if b == r)
-                    or not is_ancestor(run.kernels[s], writer)):
-                return False
-        return True
-
-    for step in sorted(range(len(run.kernels)), key=position.__getitem__):
-        if run.kinds[step] not in (POINTWISE, REDUCTION, SCATTER, CAT):
-            continue
-        direct = {find(b) for b, key in reads[step] if key is None}
-        moved = {find(b) for b, key in reads[step] if key is not None}
-        at = position[step]
-        for k in made_at.get(step, ()):
-            out = buffers[k]
-            for r in sorted(direct - moved):
-                cand = buffers[r]
-                if cand.end != at or cand.output or cand.nbytes != out.nbytes or r == k or cand.removed:
-                    continue
-                if cand.reused_by < 0 and not only_writer_left(r, step, at):
-                    continue
-                if cand.input and cand.node not in g.donated:
-                    continue
-                cand.reused_by = k
-                cand.end, cand.output = out.end, out.output
-                out.nbytes = 0
-                root[k] = r
-                direct.discard(r)
-                break
-    for node, k in list(run.output_buffers.items()):
-        run.output_buffers[node] = find(k)
-
-
-def _reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
-    """The wrapper's buffer pool (``MemoryPlanningState``): a freed buffer goes into a pool
-    keyed by its bytes and dtype and is not released; a later allocation of the same key
-    takes the most recently freed one if holding it meanwhile keeps the graph's live bytes
-    (Inductor's own estimate: buffers and freeable inputs, ``EfficientPeakEstimate``)
-    within the graph's peak, or if it was freed by the step just before. The two are then
-    one block, from the first allocation to the last use of the last holder."""
-    buffers = run.buffers
-    steps = len(run.kernels)
-    if steps == 0:
-        return
-    # Inductor's estimate sees every scheduler buffer, those fusion later makes kernel-local
-    # and those written in place included
-    delta = [0] * (steps + 2)
-    for b in buffers:
-        start, end, nbytes = b.planned
-        if nbytes == 0:
-            continue
-        if b.input:
-            if b.node in g.donated and end >= 0:  # a freeable input: live until its last use
-                delta[0] += nbytes
-                delta[end + 1] -= nbytes
-            continue
-        delta[start] += nbytes
-        if not b.output:
-            delta[max(end, start) + 1] -= nbytes
-    curve, acc = [], 0
-    for d in delta[:steps]:
-        acc += d
-        curve.append(acc)
-    overall = max(curve)
-    allocated_at: dict[int, list[int]] = {}
-    ending_at: dict[int, list[int]] = {}
-    for k, b in enumerate(buffers):
-        if b.input or b.nbytes == 0:
-            continue
-        allocated_at.setdefault(b.start, []).append(k)
-        if not b.output:
-            ending_at.setdefault(max(b.end, b.start), []).append(k)
-    pool: dict[tuple, list[tuple[int, int]]] = {}  # (bytes, dtype) -> [(block, step freed after)]
-    moved: dict[int, int] = {}
-    for step in range(steps):
-        for k in allocated_at.get(step, ()):
-            b = buffers[k]
-            stack = pool.get((b.nbytes, b.dtype))
-            if not stack:
-                continue
-            root, freed = stack.pop()
-            if freed + 1 == step or b.nbytes + max(curve[freed + 1:step], default=0) <= overall:
-                for t in range(freed + 1, step):
-                    curve[t] += b.nbytes
-                r = buffers[root]
-                r.end, r.output = b.end, b.output
-                moved[k] = root
-                if not b.output:
-                    ending_at.setdefault(max(b.end, b.start), []).append(root)
-                b.nbytes = 0
-            else:
-                stack.append((root, freed))
-        for k in ending_at.get(step, ()):
-            b = buffers[k]
-            if b.nbytes == 0 or b.output or max(b.end, b.start) != step:
-                continue  # taken over by another buffer, or its block now ends elsewhere
-            pool.setdefault((b.nbytes, b.dtype), []).append((k, step))
-    if moved:
-        for node, out in list(run.output_buffers.items()):
-            while out in moved:
-                out = moved[out]
-            run.output_buffers[node] = out

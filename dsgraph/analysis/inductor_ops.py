@@ -17,6 +17,7 @@ from torch.fx import Node
 
 from .. import compat
 from . import inductor_index as ix
+from .inductor_reductions import mean_epilogue, numel, reduced_elements, reduces_trailing_dims, variance_epilogue
 from .lifetimes import is_view, tensor_values
 
 # what each node is for Inductor
@@ -33,7 +34,7 @@ _TEMPLATES = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_int_mm", "_scaled_mm"
               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
               "_scaled_dot_product_flash_attention_for_cpu", "_flex_attention", "flex_attention"}
 # reductions whose result is a pointwise expression over their buffer: mean = sum / n,
-# and the variance (``_variance_epilogue``); (op, getitem index) for multi-output ones
+# and the variance (``variance_epilogue``); (op, getitem index) for multi-output ones
 _VARIANCE = {("var", None), ("var_mean", 0)}
 # ops whose lowering returns their input's loader unchanged (``clone``; a cast to the
 # dtype it already has): no op of their own
@@ -131,7 +132,7 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     """What Inductor makes of one FX node, from its op and fake value."""
     val = node.meta.get("val")
     vals = tensor_values(val)
-    nbytes = tuple(int(_numel(t)) * t.element_size() for _, t in vals)
+    nbytes = tuple(int(numel(t)) * t.element_size() for _, t in vals)
     info = _classify(node, rules, val, vals, nbytes)
     if info.kind in (POINTWISE, VIEW):
         info.maps = _maps(node, info)
@@ -140,35 +141,16 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     if info.kind == EXTERN and node.op == "call_function":
         info.constraint = _constraint(node)
     info.name = op_name(node) if node.op == "call_function" else ""
-    info.loop = info.numel = max((_numel(t) for _, t in vals), default=0)
+    info.loop = info.numel = max((numel(t) for _, t in vals), default=0)
     if info.kind == REDUCTION:
-        info.loop = max([_numel(a.meta["val"]) for a in node.all_input_nodes
+        info.loop = max([numel(a.meta["val"]) for a in node.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor)] + [info.loop])
     return info
 
 
-def _reduces_trailing_dims(node: Node) -> bool:
-    """Does a reduction node reduce its input's last dimensions (or all of them)? Its
-    ``dim`` argument is the second positional one or the ``dim`` keyword."""
-    x = node.args[0] if node.args else None
-    val = x.meta.get("val") if isinstance(x, Node) else None
-    if not isinstance(val, torch.Tensor):
-        return False
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    ndim = val.dim()
-    if dims is None or ndim == 0:
-        return True
-    if isinstance(dims, int):
-        dims = [dims]
-    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) for d in dims):
-        return False
-    wanted = sorted(d % ndim for d in dims)
-    return wanted == list(range(ndim - len(wanted), ndim))
-
-
 def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     multi = isinstance(val, (tuple, list))
-    nontrivial = any(_numel(t) > 1 for _, t in vals)
+    nontrivial = any(numel(t) > 1 for _, t in vals)
     if node.op in ("placeholder", "get_attr"):
         return OpInfo(PLACEHOLDER, 0, nbytes=nbytes, nontrivial=nontrivial)
     if node.op != "call_function":
@@ -177,7 +159,7 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
         # var_mean's variance is an expression over its reduction's buffer, not the buffer
         src = node.args[0]
         if _is_call(src) and (op_name(src), node.args[1]) in _VARIANCE:
-            own, consts = _variance_epilogue(src, rules)
+            own, consts = variance_epilogue(src, rules)
             return OpInfo(GETITEM, own, nbytes=nbytes, nontrivial=nontrivial, consts=consts)
         return OpInfo(GETITEM, 0, nbytes=nbytes, nontrivial=nontrivial)
     target = node.target
@@ -194,20 +176,20 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     if target in fallbacks or realizing or target not in lowerings or name in _TEMPLATES:
         return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=realizing)
     if name in _REDUCTIONS:
-        numel_in = max((_numel(a.meta["val"]) for a in node.all_input_nodes
+        numel_in = max((numel(a.meta["val"]) for a in node.all_input_nodes
                         if isinstance(a.meta.get("val"), torch.Tensor)), default=1)
-        numel_out = max((_numel(t) for _, t in vals), default=1)
+        numel_out = max((numel(t) for _, t in vals), default=1)
         rnumel = numel_in // max(numel_out, 1)
         if not (rnumel <= 1 or (rnumel < rules.unroll and numel_out != 1)):
             own, consts = 0, frozenset()
             if name == "mean":
-                own, consts = _mean_epilogue(node)
+                own, consts = mean_epilogue(node)
             elif (name, None) in _VARIANCE:
-                own, consts = _variance_epilogue(node, rules)
+                own, consts = variance_epilogue(node, rules)
             return OpInfo(REDUCTION, own, nbytes=nbytes, nontrivial=nontrivial, multi=multi, consts=consts,
-                          trailing=_reduces_trailing_dims(node))
+                          trailing=reduces_trailing_dims(node))
         if name in _UNROLLED and rnumel > 1:  # a reduction over a few elements is unrolled into a pointwise expression
-            own, consts = _mean_epilogue(node) if name == "mean" else (0, frozenset())
+            own, consts = mean_epilogue(node) if name == "mean" else (0, frozenset())
             return OpInfo(POINTWISE, own + max(rnumel - 1, 0) + _promotions(node, name), nbytes=nbytes,
                           nontrivial=nontrivial, multi=multi, name=name, consts=consts)
     if name in _SCATTERS:
@@ -308,58 +290,6 @@ def _scatter_slice(node: Node) -> tuple[int, int, int, int]:
     return dim, start, end, int(step or 1)
 
 
-def _mean_epilogue(node: Node) -> tuple[int, frozenset]:
-    """mean = sum / n: an index constant and a division, and a cast back when the input
-    is half precision (the sum is in float32, lowering.py ``mean``)."""
-    val = node.meta.get("val")
-    half = isinstance(val, torch.Tensor) and val.dtype in (torch.float16, torch.bfloat16)
-    return 1 + int(half), frozenset({("index", _rnumel(node), torch.float32)})
-
-
-def _variance_epilogue(node: Node, rules: Rules) -> tuple[int, frozenset]:
-    """The variance as a pointwise expression over its reduction's buffer
-    (lowering.py ``var_mean_helper_``). Two-step (a sum of squared differences) when the
-    reduction is short (``use_two_step_variance``): sum / index constant, one division.
-    Welford otherwise: m2 / max(0, n - correction), with the constants correction, n and 0
-    (a correction of 0 is the same constant as the 0): a subtraction, a maximum, a division."""
-    correction = node.kwargs.get("correction")
-    correction = 1 if correction is None else correction
-    rnumel = _rnumel(node)
-    if _two_step_variance(node, rnumel, rules):
-        n = max(rnumel - correction, 0) if correction else rnumel
-        return 1, frozenset({("index", n, torch.float32)})
-    # as Inductor writes them: constant(correction), constant(n), constant(0) (a float
-    # correction of 0.0 is not the integer 0)
-    consts = {("constant", repr(v), torch.float32) for v in (correction, rnumel, 0)}
-    return 3, frozenset(consts)
-
-
-def _two_step_variance(node: Node, rnumel: int, rules: Rules) -> bool:
-    val = node.meta.get("val")
-    out = val[0] if isinstance(val, (tuple, list)) else val
-    if not isinstance(out, torch.Tensor) or _numel(out) == 1:
-        return False
-    src = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
-    half = isinstance(src, torch.Tensor) and src.dtype in (torch.float16, torch.bfloat16)
-    if rules.cpu:
-        return rnumel <= rules.two_step_variance
-    if not half:
-        return rnumel <= rules.unroll
-    # CUDA, half precision: short enough, not in the band left to Welford, not split
-    # (the split is not modelled: a reduction this short is not split)
-    return rnumel <= rules.two_step_variance and not (rules.unroll < rnumel < rules.two_step_min_numel)
-
-
-def _rnumel(node: Node) -> int:
-    """Elements each output element of a reduction combines."""
-    val = node.meta.get("val")
-    outs = [v for v in (val if isinstance(val, (tuple, list)) else [val]) if isinstance(v, torch.Tensor)]
-    src = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], Node) else None
-    if not outs or not isinstance(src, torch.Tensor):
-        return 1
-    return _numel(src) // max(_numel(outs[0]), 1)
-
-
 def _maps(node: Node, info: OpInfo) -> tuple:
     """The index maps each input is read at (``OpInfo.maps``)."""
     inputs = list(dict.fromkeys(node.all_input_nodes))
@@ -430,7 +360,7 @@ def _moving_maps(node: Node, name: str, out: tuple) -> dict:
                 steps.setdefault(a, []).append(ix.shift(out, shape, dim, -offset))
                 offset += shape[dim]
         return steps
-    if name in _UNROLLED and first is not None and _rnumel(node) > 1 and len(node.all_input_nodes) == 1:
+    if name in _UNROLLED and first is not None and reduced_elements(node) > 1 and len(node.all_input_nodes) == 1:
         return {first: _unrolled_steps(node, out, src)}
     if name == "repeat" and first is not None:
         lead = len(out) - len(src)
@@ -476,13 +406,6 @@ def _unrolled_steps(node: Node, out: tuple, src: tuple) -> list:
 def _chain(outer, inner):
     """Two steps as one."""
     return ix.Step(lambda flat: inner.fn(outer.fn(flat)), outer.out_numel, ("chain", outer.key, inner.key))
-
-
-def _numel(t: torch.Tensor) -> int:
-    n = 1
-    for s in t.shape:
-        n *= compat.size_hint(s)
-    return n
 
 
 def _is_call(a) -> bool:
