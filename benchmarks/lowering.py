@@ -345,13 +345,13 @@ def lowering_stats() -> dict:
 
 def chosen(built: Built, inputs: list) -> tuple[str, object]:
     """The entry point the launcher picks for these inputs and its autotuned kernel."""
-    from dsgraph.lowering import kernels
+    from dsgraph.lowering import launch_layout
 
     ir = built.compiled.ir
     tensors = [torch.empty_strided(inputs[i].shape, inputs[i].stride(), dtype=inputs[i].dtype, device="meta")
                for i in built.binding_index]  # the same layouts, no memory
-    full, outs = kernels.allocate_outputs(ir, tensors)
-    plan = kernels.launch_plan(ir, tensors, outs, full, [])
+    full, outs = launch_layout.allocate_outputs(ir, tensors)
+    plan = launch_layout.launch_plan(ir, tensors, outs, full, [])
     return plan.form, built.compiled.tuner(plan.form, plan.block_n)
 
 
@@ -456,7 +456,7 @@ def tile_sweep(built: Built, repeats: int, copy_bw: float, device: str = "cuda",
     (``device``, ``tiny``, ``bench``: the CPU test runs it on the interpreter, untimed.)"""
     import triton
 
-    from dsgraph.lowering import kernels
+    from dsgraph.lowering import kernels, launch_layout
 
     if bench is None:
         from triton.testing import do_bench_cudagraph as bench
@@ -466,8 +466,8 @@ def tile_sweep(built: Built, repeats: int, copy_bw: float, device: str = "cuda",
     inputs = case.inputs(device, tiny, seed=3)
     before = [t.clone() for t in inputs]
     tensors = [inputs[i] for i in built.binding_index]
-    full, outs = kernels.allocate_outputs(ir, tensors)
-    plan = kernels.launch_plan(ir, tensors, outs, full, [])
+    full, outs = launch_layout.allocate_outputs(ir, tensors)
+    plan = launch_layout.launch_plan(ir, tensors, outs, full, [])
     if plan.form != "tile" or any(s.param is not None for s in ir.stores):
         return []
     region = planned.region
@@ -542,7 +542,7 @@ def asm_rows(cases: list[Case]) -> list[dict]:
     """Per case and GPU config: the sm_90 code of the kernel the launcher picks at full size."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from dsgraph.lowering import asm, kernels
+    from dsgraph.lowering import asm, kernels, launch_layout
     from dsgraph.passes.lower_triton import plan_lowering
 
     rows = []
@@ -552,8 +552,8 @@ def asm_rows(cases: list[Case]) -> list[dict]:
         (planned,) = plan_lowering(gm, "all").regions
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         tensors = [inputs[placeholders.index(n)] for n in planned.binding.params]
-        full, outs = kernels.allocate_outputs(planned.ir, tensors)
-        plan = kernels.launch_plan(planned.ir, tensors, outs, full, [])
+        full, outs = launch_layout.allocate_outputs(planned.ir, tensors)
+        plan = launch_layout.launch_plan(planned.ir, tensors, outs, full, [])
         if plan.form == "tile":
             configs = kernels.tile_configs(plan.block_n)  # (BLOCK_M, ROWS, num_warps)
         else:

@@ -247,10 +247,10 @@ def compile_for_cuda(ir: KernelIR, tensors: list[torch.Tensor], scalars: list = 
     num_warps (default: the form's first GPU config); ``form`` forces an entry point;
     ``source="interpreter"`` compiles the interpreter's source instead (what the bit-level
     bf16 rounding would cost on the GPU)."""
-    from . import kernels
+    from . import kernels, launch_layout
 
-    full, outs = kernels.allocate_outputs(ir, tensors)
-    plan = kernels.launch_plan(ir, tensors, outs, full, list(scalars), form)
+    full, outs = launch_layout.allocate_outputs(ir, tensors)
+    plan = launch_layout.launch_plan(ir, tensors, outs, full, list(scalars), form)
     if config is None:
         config = kernels.tile_configs(plan.block_n)[0] if plan.form == "tile" else \
             kernels.GPU_CONFIGS["flat" if plan.form == "flat" else ir.kind][0]

@@ -7,7 +7,7 @@ elements), next to the region's own aten ops run eagerly, and raises
 ``KernelMismatch`` when they differ (fp32: ``||k - e|| / ||e|| <= 1e-5``; bf16/fp16: 1e-2,
 a sanity bound, not the accuracy claim, which the tests make with the bf16 rule). The
 op runs the entry point the launcher picks for the sample; every other entry point that
-can take the sample runs too (``kernels.launch_plan``: the flat and general pointwise
+can take the sample runs too (``launch_layout.launch_plan``: the flat and general pointwise
 kernels, the one-tile and general reductions), since real inputs may pick another::
 
     check_region(region, binding, compiled)   # raises KernelCompileError / KernelMismatch
@@ -20,7 +20,7 @@ from torch.fx import Node
 
 from dsgraph import compat
 
-from . import kernels
+from . import kernels, launch_layout
 from .kernel_ir import Binding
 from .kernels import CompiledKernel, KernelCompileError
 from .regions import Region
@@ -137,14 +137,14 @@ def _other_forms(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars:
     """The entry points besides the launcher's choice that could run these inputs, and the
     one-tile form again when it is the choice (its check config runs several tiles per
     program, which the autotuner's pick for the small sample may not)."""
-    full, outs = kernels.allocate_outputs(compiled.ir, tensors)
-    chosen = kernels.launch_plan(compiled.ir, tensors, outs, full, scalars).form
+    full, outs = launch_layout.allocate_outputs(compiled.ir, tensors)
+    chosen = launch_layout.launch_plan(compiled.ir, tensors, outs, full, scalars).form
     others = []
     for form in compiled.forms:
         if form == chosen and form != "tile":
             continue
         try:
-            kernels.launch_plan(compiled.ir, tensors, outs, full, scalars, form)
+            launch_layout.launch_plan(compiled.ir, tensors, outs, full, scalars, form)
         except ValueError:
             continue
         others.append(form)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import dsgraph
-from dsgraph.lowering import kernels
+from dsgraph.lowering import kernels, launch_layout
 from dsgraph.lowering.check import rel_err
 from dsgraph.lowering.kernel_ir import region_ir
 from dsgraph.lowering.kernels import DsgraphLoweringWarning
@@ -88,11 +88,11 @@ def test_generated_kernels_match_eager_on_cuda(fn, make, dtype):
 
 
 def _forms_that_apply(compiled, tensors):
-    full, outs = kernels.allocate_outputs(compiled.ir, tensors)
+    full, outs = launch_layout.allocate_outputs(compiled.ir, tensors)
     forms = []
     for form in compiled.forms:
         try:
-            kernels.launch_plan(compiled.ir, tensors, outs, full, [], form)
+            launch_layout.launch_plan(compiled.ir, tensors, outs, full, [], form)
         except ValueError:
             continue
         forms.append(form)

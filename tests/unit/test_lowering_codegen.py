@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
-from dsgraph.lowering import kernels
+from dsgraph.lowering import kernels, launch_layout
 from dsgraph.lowering.check import rel_err
 from dsgraph.lowering.codegen import kernel_arguments, render
 from dsgraph.lowering.kernel_ir import region_ir
@@ -247,11 +247,11 @@ def test_each_reduction_form_agrees_with_eager(form, block_n):
 
 def test_launcher_picks_the_one_tile_form_up_to_the_widest_tile():
     gm, region, binding, compiled = only_region(softmax, torch.randn(4, 37))
-    for n, form, block_n in [(37, "tile", 64), (1, "tile", 1), (kernels.MAX_TILE_N, "tile", kernels.MAX_TILE_N),
-                             (kernels.MAX_TILE_N + 1, "general", None)]:
+    for n, form, block_n in [(37, "tile", 64), (1, "tile", 1), (launch_layout.MAX_TILE_N, "tile", launch_layout.MAX_TILE_N),
+                             (launch_layout.MAX_TILE_N + 1, "general", None)]:
         x = torch.empty(3, n, device="meta")
-        full, outs = kernels.allocate_outputs(compiled.ir, [x])
-        plan = kernels.launch_plan(compiled.ir, [x], outs, full, [])
+        full, outs = launch_layout.allocate_outputs(compiled.ir, [x])
+        plan = launch_layout.launch_plan(compiled.ir, [x], outs, full, [])
         assert (plan.form, plan.block_n) == (form, block_n), n
     x = torch.randn(3, 9)
     assert rel_err(compiled.op(x), softmax(x)) <= 1e-6 and compiled.last[0] == "tile"
@@ -469,8 +469,8 @@ def test_gpu_source_uses_the_hardware_bf16_conversion():
 
 
 def _plan(compiled, tensors, scalars=()):
-    full, outs = kernels.allocate_outputs(compiled.ir, tensors)
-    return kernels.launch_plan(compiled.ir, tensors, outs, full, list(scalars))
+    full, outs = launch_layout.allocate_outputs(compiled.ir, tensors)
+    return launch_layout.launch_plan(compiled.ir, tensors, outs, full, list(scalars))
 
 
 def test_flat_form_for_tensors_dense_in_one_layout_general_otherwise():
