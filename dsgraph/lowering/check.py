@@ -6,9 +6,10 @@ the region's (same ranks, same broadcast dims, same memory order, every size cut
 elements), next to the region's own aten ops run eagerly, and raises
 ``KernelMismatch`` when they differ (fp32: ``||k - e|| / ||e|| <= 1e-5``; bf16/fp16: 1e-2,
 a sanity bound, not the accuracy claim, which the tests make with the bf16 rule). The
-op runs the entry point the launcher picks for the sample; every other entry point that
+entry point the launcher picks for the sample runs first; every other entry point that
 can take the sample runs too (``launch_layout.launch_plan``: the flat and general pointwise
-kernels, the one-tile and general reductions), since real inputs may pick another::
+kernels, the one-tile and general reductions), since real inputs may pick another; each
+with fixed configs (``kernels.check_configs``), not the autotuner::
 
     check_region(region, binding, compiled)   # raises KernelCompileError / KernelMismatch
 """
@@ -133,44 +134,40 @@ def check_region(region: Region, binding: Binding, compiled: CompiledKernel) -> 
     return compiled.checked[key]
 
 
-def _other_forms(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list) -> list[str]:
-    """The entry points besides the launcher's choice that could run these inputs, and the
-    one-tile form again when it is the choice (its check config runs several tiles per
-    program, which the autotuner's pick for the small sample may not)."""
+def _forms(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list) -> list[str]:
+    """The launcher's choice for these inputs first, then every other entry point that could
+    run them (the general kernel serves layouts and widths the sample may not have)."""
     full, outs = launch_layout.allocate_outputs(compiled.ir, tensors)
     chosen = launch_layout.launch_plan(compiled.ir, tensors, outs, full, scalars).form
-    others = []
+    forms = [chosen]
     for form in compiled.forms:
-        if form == chosen and form != "tile":
+        if form == chosen:
             continue
         try:
             launch_layout.launch_plan(compiled.ir, tensors, outs, full, scalars, form)
         except ValueError:
             continue
-        others.append(form)
-    return others
+        forms.append(form)
+    return forms
 
 
 def _check(region: Region, binding: Binding, compiled: CompiledKernel) -> float:
-    """The op (the entry point the launcher picks, autotuned), then every other entry point
-    that can run these inputs, with ``kernels.check_config`` (the general kernel serves
-    layouts and widths the sample may not have), each against eager on the same inputs."""
+    """Every entry point that can run these inputs, with ``kernels.check_configs``, each
+    against eager on the same inputs. The autotuner's other configs differ only in block
+    sizes; one that needs more resources than the GPU has is dropped by the autotuner."""
     tensors, scalars = sample_inputs(region, binding)
     theirs = [t.clone() for t in tensors]
     env = eager(region, binding, [t.clone() for t in theirs], scalars)
     worst = 0.0
-    for form in [None] + _other_forms(compiled, tensors, scalars):
-        mine = [t.clone() for t in theirs]  # in-place writes start from the same values
-        try:
-            if form is None:
-                got = compiled.op(*mine, *scalars)
-                got = [] if got is None else ([got] if isinstance(got, torch.Tensor) else list(got))
-            else:
-                got = kernels.launch(compiled, mine, scalars, config=kernels.check_config(compiled, form), form=form)
-        except Exception as e:  # Triton compiles at the first launch: this is where it fails
-            raise KernelCompileError(f"{compiled.name}{'' if form is None else f' ({form} form)'}: "
-                                     f"{type(e).__name__}: {e}") from e
-        worst = max(worst, _compare(region, binding, compiled, got, mine, env))
+    for form in _forms(compiled, tensors, scalars):
+        for config in kernels.check_configs(compiled, form):
+            mine = [t.clone() for t in theirs]  # in-place writes start from the same values
+            try:
+                got = kernels.launch(compiled, mine, scalars, config=config, form=form)
+            except Exception as e:  # Triton compiles at the first launch: this is where it fails
+                raise KernelCompileError(f"{compiled.name} ({form} form, config {config}): "
+                                         f"{type(e).__name__}: {e}") from e
+            worst = max(worst, _compare(region, binding, compiled, got, mine, env))
     return worst
 
 

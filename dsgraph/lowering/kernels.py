@@ -245,19 +245,25 @@ def tile_config(config: tuple) -> tuple:
     return (config[0], 1, config[1]) if len(config) == 2 else tuple(config)
 
 
-def check_config(compiled: CompiledKernel, form: str) -> tuple:
-    """The config ``check.check_region`` runs a form with besides the autotuned launch, as
-    ``launch`` takes it (block sizes, then num_warps): the first of the form, except for
-    general reductions the narrowest tile, so that the sample's rows (37 columns) run the
-    loops, and for one-tile reductions two tiles of one row per program (the autotuner's
-    pick for the sample may run one tile per program: this runs the next tile's loads)."""
+def check_configs(compiled: CompiledKernel, form: str) -> list[tuple]:
+    """The configs ``check.check_region`` runs a form with, as ``launch`` takes them (block
+    sizes, then num_warps). Not the autotuner: the check's sample (37 columns, leading dims
+    of 3) has other sizes than the graph's, so its timings are never used, and the kernels
+    the autotuner compiles for it (a one-tile reduction's BLOCK_N follows the row width, and
+    Triton specializes on divisibility by 16) are never launched again; on the H200 that
+    was most of the lowering pass's 47 to 61 s on GPT-2-small's backward (session 9). What
+    the configs vary is the indexing, so each path is run once: the first of a form, except
+    for general reductions the narrowest tile, so that the sample's rows run the loops, and
+    for one-tile reductions two tiles of one row per program (the next tile's loads) and
+    one tile of more rows than the sample has (the row mask)."""
     interp = compiled.target == "interpreter"
     if form == "tile":
-        return INTERPRETER_CONFIGS["tile"][0] if interp else (1, 2, GPU_TILE_CONFIGS[0][1])
+        return list(INTERPRETER_CONFIGS["tile"]) if interp else [(1, 2, GPU_TILE_CONFIGS[0][1]),
+                                                                 (4, 1, GPU_TILE_CONFIGS[0][1])]
     table = (INTERPRETER_CONFIGS if interp else GPU_CONFIGS)["flat" if form == "flat" else compiled.ir.kind]
-    if compiled.ir.kind == "reduction":
-        return min(table, key=lambda c: c[1])
-    return table[0]
+    if compiled.ir.kind == "reduction" and form != "flat":
+        return [min(table, key=lambda c: c[1])]
+    return [table[0]]
 
 
 def launch(compiled: CompiledKernel, tensors: list[torch.Tensor], scalars: list,

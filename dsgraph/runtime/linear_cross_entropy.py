@@ -133,14 +133,17 @@ def fp32_out_gemm(device_type: str) -> bool:
     once on a small problem against the plain path; anything else falls back.
 
     The first call usually comes from a compile (the memory analyses ask for the op's
-    workspace), where a fake mode is active: the check runs on real tensors, or it would
-    fail there and its cached answer would turn the fast path off for the process (it did on
-    the H200, torch 2.11, where the GEMMs work: session 8)."""
+    workspace), inside the user's step: a compile's fake mode is active there, and usually
+    autocast. The check runs on real tensors with autocast off, or it fails and its cached
+    answer turns the fast path off for the process: under fake mode it did on the H200
+    (session 8); under bf16 autocast its fp32 reference products were computed in bf16 and
+    missed the tolerance (session 9: the profile of a budgeted GPT-2 step still showed one
+    fp32 add kernel per chunk)."""
     if device_type != "cuda":
         return False
     from .. import compat
 
-    with compat.real_tensors():
+    with compat.real_tensors(), torch.autocast(device_type, enabled=False):
         return _fp32_out_gemm_works(device_type)
 
 

@@ -23,6 +23,17 @@ def test_the_gpu_paths_are_taken():
     assert lce.fp32_out_gemm("cuda")  # torch 2.11+: out_dtype GEMMs; the fallback is tested on CPU
 
 
+def test_the_fp32_gemm_check_holds_under_autocast():
+    """A budgeted step compiles under the user's bf16 autocast, where the check is first
+    asked for: its fp32 reference must not be computed in bf16 (session 9)."""
+    lce.fp32_out_gemm.cache_clear()
+    try:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert lce.fp32_out_gemm("cuda")
+    finally:
+        lce.fp32_out_gemm.cache_clear()
+
+
 def test_chunked_gpt_matches_eager_fp32_through_inductor():
     torch.manual_seed(0)
     model, inputs = GPT(CFG).cuda(), gpt_inputs(CFG, 3, "cuda", seed=1)
