@@ -29,8 +29,13 @@ Step time: median over ``--repeats`` steps (CUDA events around forward + backwar
 ``--warmup`` steps), gradients set to None before each step. Peak: the allocator's peak
 during one step (``torch.cuda.max_memory_allocated`` after a reset), parameters and inputs
 included, with what was allocated before the step and the step's blocks live at its peak
-grouped by the Python frames that allocated them (``benchmarks.alloc_replay``). On the CPU, times are wall-clock and peaks are not measured. The JSON is
-rewritten after every model, so a run cut short keeps what it measured.
+grouped by the Python frames that allocated them (``benchmarks.alloc_replay``: the
+allocator's history is recorded around that one step; ``--history`` records it from the
+start, which also names who allocated what a step finds allocated, and slows every
+allocation of the compiles). On the CPU, times are wall-clock and peaks are not measured.
+The JSON is rewritten after every model, so a run cut short keeps what it measured, and
+each model's stages print their seconds as they finish (``stage_seconds``), so the log of
+a run cut short says where its time went.
 """
 
 from __future__ import annotations
@@ -274,6 +279,11 @@ def time_steps(fn: Callable, model: nn.Module, inputs: tuple, device: str, warmu
 
 
 MAX_HISTORY = 4_000_000  # allocator events kept (a ring): far more than one zoo run makes
+_HISTORY_FROM_START = []  # set by main's --history
+
+
+def _recording_history() -> bool:
+    return bool(_HISTORY_FROM_START)
 
 
 def _collect() -> None:
@@ -318,12 +328,17 @@ def _peak_of_one_step(step: Callable, model: nn.Module, inputs: tuple, top: int 
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     resident = resident_bytes(model, inputs)
+    recorded = _recording_history()
+    if not recorded:
+        torch.cuda.memory._record_memory_history(max_entries=MAX_HISTORY)
     first = torch.cuda.memory._snapshot()
     held = _live_blocks_by_frame(first, top)
     seen = len(first["device_traces"][0]) if first.get("device_traces") else 0
     step()
     torch.cuda.synchronize()
     snapshot = torch.cuda.memory._snapshot()
+    if not recorded:
+        torch.cuda.memory._record_memory_history(enabled=None)
     peak = torch.cuda.max_memory_allocated()
     replayed, blocks = alloc_replay.replay(snapshot["device_traces"][0][seen:], before)
     return {"peak_bytes": peak - before + resident, "process_peak_bytes": peak, "allocated_before_bytes": before,
@@ -363,16 +378,28 @@ def parity(model: nn.Module, compiled: Callable, inputs: tuple, tol: float = 1e-
 
 def run_model(entry: Entry, device: str, tiny: bool, warmup: int, repeats: int) -> dict:
     start = time.perf_counter()
+    stages: dict[str, float] = {}
+    last = [start]
+
+    def done(stage: str) -> None:
+        now = time.perf_counter()
+        stages[stage] = round(now - last[0], 2)
+        last[0] = now
+        print(f"{entry.name}: {stage} {stages[stage]} s", flush=True)
+
     model, inputs = build(entry, device, tiny)
     out: dict[str, Any] = {"model": entry.name, "family": entry.family,
-                           "parameters": sum(p.numel() for p in model.parameters())}
+                           "parameters": sum(p.numel() for p in model.parameters()), "stage_seconds": stages}
     torch._dynamo.reset()
     inductor = torch.compile(copy.deepcopy(model), backend="inductor")
     out["inductor"] = time_steps(inductor, inductor._orig_mod, inputs, device, warmup, repeats)
     del inductor
     _collect()
+    done("inductor compiled and timed")
     stock = stock_peak(model, inputs)
+    done("stock peak predicted")
     options = full_options(model, inputs, stock)
+    done("budget found")
     out["stock_predicted_peak_bytes"] = stock
     out["options"] = options
     dsgraph.clear_reports()
@@ -380,11 +407,15 @@ def run_model(entry: Entry, device: str, tiny: bool, warmup: int, repeats: int) 
     mine = copy.deepcopy(model)
     compiled = torch.compile(mine, backend="dsgraph", options=options)
     out.update(parity(mine, compiled, inputs))
+    done("dsgraph compiled, parity")
     out["pipeline"] = {r.kind: r.pipeline for r in dsgraph.reports()}
     out["passes_changed"] = sorted({p.name for r in dsgraph.reports() for p in r.passes if p.changed})
     out["fallbacks"] = [r.fallback for r in dsgraph.reports() if r.fallback]
     out["plans"] = {r.kind: {k: v for k, v in r.memory.items() if "peak" in k} for r in dsgraph.reports()}
+    out["pass_ms"] = [{"kind": r.kind, "compile_s": round(r.compile_seconds, 2),
+                       **{p.name: round(p.ms, 1) for p in r.passes}} for r in dsgraph.reports()]
     out["dsgraph"] = time_steps(compiled, mine, inputs, device, warmup, repeats)
+    done("dsgraph timed")
     out["speedup_vs_inductor"] = out["inductor"]["ms"] / out["dsgraph"]["ms"]
     if out["inductor"]["peak_bytes"]:
         out["peak_ratio_vs_inductor"] = out["dsgraph"]["peak_bytes"] / out["inductor"]["peak_bytes"]
@@ -399,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--history", action="store_true",
+                        help="record the CUDA allocator's history from the start (who allocated what a step finds "
+                             "allocated; slows every allocation)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
@@ -409,10 +443,11 @@ def main(argv: list[str] | None = None) -> int:
                               "torch": torch.__version__, "dsgraph": dsgraph.__version__, "tiny": tiny,
                               "command": " ".join(sys.argv), "models": []}
     begun = time.perf_counter()
-    if args.device.startswith("cuda"):
+    if args.device.startswith("cuda") and args.history:
         # the allocator's history from the start, so that what a step finds allocated
         # before it can be traced to the frames that allocated it
         torch.cuda.memory._record_memory_history(max_entries=MAX_HISTORY)
+        _HISTORY_FROM_START.append(True)
     for name in names:
         entry = BY_NAME[name]
         try:

@@ -37,6 +37,11 @@ def test_script_smoke_run_on_cpu(tmp_path):
     assert mlp["inductor"]["ms"] > 0 and mlp["dsgraph"]["ms"] > 0 and not mlp["fallbacks"]
     assert "grad_pool" in mlp["pipeline"]["backward"] and "checkpoint" in mlp["pipeline"]["joint"]
     assert mlp["options"]["memory_budget"] > 0 and mlp["options"]["lower_triton"] is True
+    # where a model's time went, also printed as each stage ends (a run cut short says it)
+    assert list(mlp["stage_seconds"]) == ["inductor compiled and timed", "stock peak predicted", "budget found",
+                                          "dsgraph compiled, parity", "dsgraph timed"]
+    assert "mlp: budget found" in done.stdout
+    assert any("checkpoint" in r for r in mlp["pass_ms"] if r["kind"] == "joint")
 
 
 class _Broken(torch.nn.Module):
