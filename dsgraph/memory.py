@@ -61,7 +61,8 @@ def external_intervals(
 ) -> list[Interval]:
     """One interval per distinct storage among the given tensors (tied parameters and views
     count once); a tensor Dynamo saw as a graph input gets its symbolic size."""
-    exprs = {id(example): fn for example, fn in dynamo_inputs if example is not None}
+    # ``dynamo_inputs`` holds weak references (capture.py); the tensors here are alive
+    exprs = {id(example): fn for ref, fn in dynamo_inputs if ref is not None and (example := ref()) is not None}
     seen, out = set(), []
     for label, t in tensors:
         key = compat.storage_ref(t)

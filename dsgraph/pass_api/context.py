@@ -8,6 +8,7 @@ passes read ``ctx.config``, ``ctx.args``, ``ctx.state`` and never the environmen
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -43,9 +44,13 @@ class PassResult:
 class CompileState:
     """One compile of one Dynamo graph, shared by its stages (joint, forward, backward)."""
 
-    # for each input of the Dynamo graph, the nn.Parameter it is (requiring grad) or None;
-    # the backward's outputs follow these inputs (FACTS.md)
-    graph_params: list = field(default_factory=list)
+    # weak references behind ``graph_params``: this state lives as long as the compiled
+    # graph (Inductor's backward compiler closes over the session's inner_compile, its config
+    # patch over the partitioner), and Dynamo can keep a compiled graph after its model is
+    # gone: on torch 2.13 one with a graph break stays installed in the module's globals even
+    # through torch._dynamo.reset(). Strong references kept the parameters, and with them the
+    # gradient pool's buffer, alive for good (stock backends keep no parameter there)
+    param_refs: list = field(default_factory=list, repr=False)
     attempt: int = 1  # compiles of this graph so far (a post-compile check can ask again)
     carry: dict[str, Any] = field(default_factory=dict)  # pass name -> what its Recompile carried
     partition_kwargs: dict[str, Any] | None = None  # Inductor's keyword arguments to the partitioner
@@ -56,6 +61,17 @@ class CompileState:
     backward_receives: set[int] = field(default_factory=set)
     backward_input_names: dict[int, str] = field(default_factory=dict)
     post_compile_checks: list[tuple[str, PostCompileCheck]] = field(default_factory=list)
+
+    @property
+    def graph_params(self) -> list:
+        """For each input of the Dynamo graph, the nn.Parameter it is (requiring grad) or
+        None; the backward's outputs follow these inputs (FACTS.md). During a compile Dynamo
+        holds the parameters (they are the graph's example inputs), so none reads as None."""
+        return [None if r is None else r() for r in self.param_refs]
+
+    @graph_params.setter
+    def graph_params(self, params: list) -> None:
+        self.param_refs = [None if p is None else weakref.ref(p) for p in params]
 
 
 class PassContext:

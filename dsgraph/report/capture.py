@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import sympy
 import torch
@@ -31,9 +32,11 @@ class CapturedCompile:
     inductor: bool
     stages: dict[str, StageGraphs] = field(default_factory=dict)
     saved_names: list[str] = field(default_factory=list)
-    # Dynamo graph inputs: (the real tensor, its bytes as a sympy expression over the
-    # graph's size symbols); the real tensor is None when Dynamo did not keep it
-    dynamo_inputs: list[tuple[Any, Callable[[], sympy.Expr]]] = field(default_factory=list)
+    # Dynamo graph inputs: (a weak reference to the real tensor, its bytes as a sympy
+    # expression over the graph's size symbols); None when Dynamo did not keep the tensor.
+    # Weak: the session holding this capture lives as long as Dynamo's cache keeps the
+    # compiled graph, and strong references kept the model and its inputs alive with it
+    dynamo_inputs: list[tuple[weakref.ref | None, Callable[[], sympy.Expr]]] = field(default_factory=list)
     fallback: str | None = None
 
 
@@ -56,11 +59,12 @@ def capture() -> Iterator[Capture]:
         _current.reset(token)
 
 
-def dynamo_inputs(gm: torch.fx.GraphModule) -> list[tuple[Any, Callable[[], sympy.Expr]]]:
-    """(real tensor, bytes expression) for each tensor input of a Dynamo graph."""
+def dynamo_inputs(gm: torch.fx.GraphModule) -> list[tuple[weakref.ref | None, Callable[[], sympy.Expr]]]:
+    """(weak reference to the real tensor, bytes expression) for each tensor input of a
+    Dynamo graph."""
     out = []
     for node, example in compat.dynamo_graph_inputs(gm):
         val = node.meta.get("example_value")
         if isinstance(val, torch.Tensor):
-            out.append((example, (lambda v=val: storage_bytes_expr(v))))
+            out.append((None if example is None else weakref.ref(example), (lambda v=val: storage_bytes_expr(v))))
     return out
