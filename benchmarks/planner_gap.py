@@ -4,6 +4,9 @@ tests/e2e/test_checkpoint_zoo_inductor.py).
 
     python -m benchmarks.planner_gap llama --plan smallest [--step K]
 
+``gap(model, inputs, joint, budget, ...)`` does the same for any model (bf16 autocast, a
+pre_grad rewrite such as chunk_loss: ``benchmarks.budget_gap`` uses it).
+
 Compiles the partition the planner makes at a budget (``stock``, ``halfway``,
 ``smallest``) through Inductor (stopped after code generation), evaluates the emulation on
 the same saved set, and at Inductor's peak step (or clock step ``K`` of Inductor's plan)
@@ -32,22 +35,32 @@ def run(name: str, plan_label: str = "smallest", step: int | None = None, every:
     if budget is None:
         budget = (low + stock_peak(j, "inductor")) // 2
     model, inputs = zoo.build(name)
+    return gap(model, inputs, j, budget, f"{name} {plan_label}", step, every)
+
+
+def gap(model, inputs, j, budget: int, title: str, step: int | None = None, every: bool = False,
+        autocast=None, pre_grad=None, verbose: bool = True, extra_external: int = 0) -> dict:
+    """``run`` on any model: ``j`` its captured joint graph (``truth.capture_joint`` with the
+    same ``autocast`` and ``pre_grad``), the partition the planner makes at ``budget``
+    (with ``extra_external`` bytes beside the graphs, as the session plans: the CUDA BLAS
+    workspaces; the truth does not hold them, so the printed error leaves them out)."""
     static = j.kwargs.get("static_lifetime_input_indices") or []
     joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], static)
     sm = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static, external=external_bytes(joint))
     made = {}
 
     def choose(gm, ji, kw):
-        made["plan"] = plan_checkpoint(gm, ji, kw, budget, executor="inductor")
+        made["plan"] = plan_checkpoint(gm, ji, kw, budget, executor="inductor", extra_external=extra_external)
         return made["plan"].forward, made["plan"].backward
 
-    real = truth.compiled_peaks(model, inputs, choose, inductor=True)
+    real = truth.compiled_peaks(model, inputs, choose, inductor=True, autocast=autocast, pre_grad=pre_grad)
     tl = real.inductor
     by = {n.name: n for n in j.gm.graph.nodes}
     saved = [sm.index[by[n]] for n in real.saved_names if n in by]
     pred = sm.evaluate(saved, "inductor", explain=True)
-    print(f"{name} {plan_label}: predicted {made['plan'].predicted_peak} model {pred.peak} truth {tl.peak_bytes} "
-          f"error {made['plan'].predicted_peak / tl.peak_bytes - 1:+.2%}")
+    predicted = made["plan"].predicted_peak - extra_external
+    print(f"{title}: predicted {predicted} model {pred.peak} truth {tl.peak_bytes} "
+          f"error {predicted / tl.peak_bytes - 1:+.2%}")
     print("  model peaks at", pred.steps[pred.peak_step][0], sm.nodes[pred.steps[pred.peak_step][1]].name,
           "truth at", tl.entries[tl.peak_index()])
     f = len(real.plans["forward"].steps)
@@ -148,8 +161,9 @@ def run(name: str, plan_label: str = "smallest", step: int | None = None, every:
             d = compare(k, verbose=False)
             graph, names = truth_origins(k)
             print(f"  {k:4d} {graph:8s} {tl.entries[k].live_bytes:9d} {d:+8d} {' '.join(names)[:80]}")
-    compare(tl.peak_index() if step is None else step)
-    return {"real": real, "pred": pred, "sm": sm, "plan": made["plan"]}
+    if verbose:
+        compare(tl.peak_index() if step is None else step)
+    return {"compare": compare, "real": real, "pred": pred, "sm": sm, "plan": made["plan"]}
 
 
 def main(argv: list[str] | None = None) -> None:

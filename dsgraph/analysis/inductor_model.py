@@ -91,6 +91,7 @@ class Buffer:
     planned: tuple = ()  # (start, end, bytes) as Inductor's peak estimate sees it (before fusion and reuse)
     planned_bytes: int = 0  # its bytes before fusion made it kernel-local
     kernel: int = -1  # the kernel that writes it
+    self_allocated: bool = False  # made by a fallback kernel, not by the wrapper (``OpInfo.self_allocating``)
 
 
 @dataclass
@@ -276,7 +277,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if e.ops > 100:
             realize(owner)
 
-    for i in g.order:
+    def lower(i: int) -> None:
+        """Node i as ``GraphLowering.run_node`` lowers it."""
         op = info[i]
         args = g.ins[i]
         kind = op.kind
@@ -290,7 +292,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             elif args:
                 state[i] = ("vexpr", args[0]) if resolve(args[0])[0] == "expr" else _view_state(resolve(args[0]), i,
                                                                                                   None, compose)
-            continue
+            return
         if kind == VIEW:
             r = resolve(args[0]) if args else ("none",)
             if r[0] == "expr":
@@ -298,10 +300,10 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 after_lowering(i)
             else:
                 state[i] = _view_state(r, i if op.moves else None, view_step(i), compose)
-            continue
+            return
         if i in absorbed:  # an mm the post-grad pass folds into the add after it (addmm)
             state[i] = ("none",)
-            continue
+            return
         if i in addmms:
             mm, inp = addmms[i]
             args = list(g.ins[mm]) + [inp]
@@ -309,7 +311,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if kind == POINTWISE:
             state[i] = ("expr", combine(i, args))
             after_lowering(i)
-            continue
+            return
         if kind in (REDUCTION, SCATTER, CAT, MUTATE):
             loaded: set = set()
             for j in args:
@@ -324,7 +326,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 state[i] = ("buf", new_buffer(i, op.bytes, step))
                 if kind == REDUCTION and op.own_ops:  # mean: the sum's buffer divided by the count
                     epilogue(i, state[i][1])
-            continue
+            return
         # extern and fallback kernels: their inputs are stored first, their outputs are buffers.
         # A stride constraint (``require_stride_order``) copies an input that is not in
         # memory (an expression, or a view of one) into a buffer of this kernel's own
@@ -348,14 +350,27 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         for j in rest:
             loaded |= loads_of(j)
         step = kernel(i, loaded, EXTERN)
+        first = len(buffers)
         if op.multi:
             state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
         elif op.nbytes:
             state[i] = ("buf", new_buffer(i, op.bytes, step))
         else:
             state[i] = ("none",)
+        if op.self_allocating:
+            for b in buffers[first:]:
+                b.self_allocated = True
 
-    # graph outputs are stored at the end of lowering, in order
+    for i in g.order:
+        lower(i)
+        # ``run_node`` fixes the strides of a graph output that has dimensions as soon as
+        # it is lowered (``require_exact_strides``), which stores an expression there: a
+        # gradient cast to its parameter's dtype (bf16 autocast) is computed at its matmul,
+        # not at the end, and the matmul's bf16 result is freed then
+        if i in output_set and info[i].dims:
+            realize_input(i)
+
+    # the other graph outputs (0-d: the loss) are stored at the end of lowering, in order
     for o in g.outputs:
         realize_input(o)
     for o in g.outputs:

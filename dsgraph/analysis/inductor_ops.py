@@ -122,6 +122,13 @@ class OpInfo:
     # a reduction over its input's last dimensions: it reads the input at the index a
     # pointwise kernel over that input reads it at (Inductor's in-place rule compares them)
     trailing: bool = False
+    # dimensions of its (first) output tensor: ``run_node`` fixes a graph output's strides
+    # (which realizes it) only when it has some
+    dims: int = 0
+    # a fallback kernel (``FallbackKernel``, its tuple taken apart by ``MultiOutput``s): the
+    # op allocates its outputs itself (``should_allocate`` is False), so the wrapper's pool
+    # never hands it a freed buffer, though what it returns goes to the pool when freed
+    self_allocating: bool = False
 
     @property
     def bytes(self) -> int:
@@ -142,6 +149,7 @@ def classify(node: Node, rules: Rules) -> OpInfo:
         info.constraint = _constraint(node)
     info.name = op_name(node) if node.op == "call_function" else ""
     info.loop = info.numel = max((numel(t) for _, t in vals), default=0)
+    info.dims = vals[0][1].dim() if vals else 0
     if info.kind == REDUCTION:
         info.loop = max([numel(a.meta["val"]) for a in node.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor)] + [info.loop])
@@ -174,7 +182,8 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     if is_view(node):
         return OpInfo(VIEW, 0, nbytes=nbytes, nontrivial=nontrivial, moves=name in MOVES, multi=multi)
     if target in fallbacks or realizing or target not in lowerings or name in _TEMPLATES:
-        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=realizing)
+        return OpInfo(EXTERN, nbytes=nbytes, multi=multi, realizes_inputs=realizing,
+                      self_allocating=target in fallbacks or target not in lowerings)
     if name in _REDUCTIONS:
         numel_in = max((numel(a.meta["val"]) for a in node.all_input_nodes
                         if isinstance(a.meta.get("val"), torch.Tensor)), default=1)

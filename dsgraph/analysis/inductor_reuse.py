@@ -104,7 +104,9 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     takes the most recently freed one if holding it meanwhile keeps the graph's live bytes
     (Inductor's own estimate: buffers and freeable inputs, ``EfficientPeakEstimate``)
     within the graph's peak, or if it was freed by the step just before. The two are then
-    one block, from the first allocation to the last use of the last holder."""
+    one block, from the first allocation to the last use of the last holder. Only what the
+    wrapper allocates takes a freed buffer: a fallback kernel's outputs (the attention ops,
+    dsgraph's chunked loss) are allocated by the op, though they join the pool when freed."""
     buffers = run.buffers
     steps = len(run.kernels)
     if steps == 0:
@@ -142,6 +144,8 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     for step in range(steps):
         for k in allocated_at.get(step, ()):
             b = buffers[k]
+            if b.self_allocated:
+                continue  # the wrapper does not allocate it: no freed buffer is handed to it
             stack = pool.get((b.nbytes, b.dtype))
             if not stack:
                 continue

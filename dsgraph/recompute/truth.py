@@ -33,6 +33,9 @@ from ..analysis.plan import GraphPlan, fx_plan
 from ..analysis.timeline import Interval, MemoryTimeline, stitch
 
 Choose = Callable[[GraphModule, Any, dict], tuple[GraphModule, GraphModule]]
+# a rewrite of Dynamo's graph before AOTAutograd (a pre_grad pass such as chunk_loss: the
+# caller brings it, as this layer does not import passes)
+PreGrad = Callable[[GraphModule], GraphModule]
 
 
 @dataclass
@@ -145,7 +148,8 @@ def _run(model, inputs, backend, autocast: torch.dtype | None) -> None:
     compat.reset()
 
 
-def capture_joint(model: torch.nn.Module, inputs, autocast: torch.dtype | None = None) -> JointCapture:
+def capture_joint(model: torch.nn.Module, inputs, autocast: torch.dtype | None = None,
+                  pre_grad: PreGrad | None = None) -> JointCapture:
     """The joint graph the partitioner sees (Inductor's decompositions and joint passes
     applied), CSE'd as the checkpoint pass and the stock partitioner do. The graphs run as
     FX code: no Inductor compile."""
@@ -160,6 +164,7 @@ def capture_joint(model: torch.nn.Module, inputs, autocast: torch.dtype | None =
         return stock(gm, joint_inputs, kwargs)
 
     def backend(gm, example_inputs):
+        gm = pre_grad(gm) if pre_grad is not None else gm
         with compat.dsgraph_compile_config():
             return compat.compile_fx(gm, example_inputs, inner_compile=lambda g, i, **kw: compat.boxed_fx(g),
                                      config_patches={"custom_partitioner_fn": _partitioner(partition)})
@@ -169,13 +174,15 @@ def capture_joint(model: torch.nn.Module, inputs, autocast: torch.dtype | None =
 
 
 def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, inductor: bool = True,
-                   autocast: torch.dtype | None = None, kernels: bool = False) -> CompiledPeaks:
+                   autocast: torch.dtype | None = None, kernels: bool = False,
+                   pre_grad: PreGrad | None = None) -> CompiledPeaks:
     """Compile one step of ``model(*inputs)`` with the partition ``choose`` makes from the
     (CSE'd) joint graph, run it, and return the step's peaks by the executors' own plans.
 
     ``kernels=False``: Inductor stops once its wrapper is generated (its buffer plan is
     complete then: ``compat.inductor_codegen_only``) and the step runs the same graphs as FX
-    code; ``True`` compiles and runs Inductor's kernels."""
+    code; ``True`` compiles and runs Inductor's kernels. ``pre_grad`` rewrites Dynamo's graph
+    first (``capture_joint`` takes it too: the joint graphs then match)."""
     seen: dict = {"graphs": {}, "plans": {}, "origins": {}, "origin_node": {}, "allocations": {}, "steps": {}}
 
     def partition(gm, joint_inputs, **kwargs):
@@ -215,6 +222,7 @@ def compiled_peaks(model: torch.nn.Module, inputs, choose: Choose = stock, induc
         return compiled
 
     def backend(gm, example_inputs):
+        gm = pre_grad(gm) if pre_grad is not None else gm
         with compat.dsgraph_compile_config():
             return compat.compile_fx(gm, example_inputs, inner_compile=inner,
                                      config_patches={"custom_partitioner_fn": _partitioner(partition)})
