@@ -75,6 +75,9 @@ class EmulatedGraph:
     # Inductor's layout optimization is on for this graph (``decide_layout_opt``): the
     # convolutions' stride constraints do not apply
     layout_opt: bool = False
+    # graph inputs Inductor copies to channels last before the first node, the copy
+    # taking the input's place (``dsgraph.analysis.inductor_layout``)
+    channels_last_inputs: Sequence[int] = ()
 
 
 @dataclass
@@ -104,6 +107,9 @@ class InductorRun:
     # per scheduled step (fused groups placed and reordered): the node of the group's
     # latest kernel. Buffers' ``start`` / ``end`` are on this clock, not ``kernels``'
     schedule: list[int] = field(default_factory=list)
+    # per scheduled step: the nodes of the kernels fused into it (for diagnostics, to
+    # hold against Inductor's fused kernels; the plan does not read it)
+    groups: list[list[int]] = field(default_factory=list)
 
 
 class _Expr:
@@ -245,6 +251,10 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         loads_f, terms_f, consts_f = frozenset(loads), frozenset(terms), frozenset(consts)
         return _Expr(loads_f, terms_f, consts_f, count(terms_f, loads_f, consts_f), heavy, nontrivial_of(loads_f))
 
+    # placeholders are lowered first
+    for i in g.channels_last_inputs:  # run_node's require_exact_strides on the placeholder
+        step = kernel(i, {(state[i][1], None)}, POINTWISE)
+        state[i] = ("buf", new_buffer(i, info[i].bytes, step))
     output_set = set(g.outputs)
     absorbed, addmms = _addmm_patterns(g, rules)
 
@@ -382,7 +392,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     original = [b.nbytes for b in buffers]
     for b in buffers:
         b.planned_bytes = b.nbytes
-    _fuse_local(run, reads, g, position)
+    _fuse_local(run, reads, g, position, rules)
     schedule: dict[int, int] = {}
     for k, at in enumerate(position):
         schedule[at] = run.kernels[k]

@@ -86,6 +86,14 @@ class Rules:
     # squares (cpp / triton threshold); CUDA leaves (unroll, min_numel) to Welford
     two_step_variance: int = 1024
     two_step_min_numel: int = 0
+    # the scheduler's fusion limits: kernels in one fused kernel (max_fusion_size), in a
+    # horizontally fused one (CPU: cpp.max_horizontal_fusion_size), how many later sharers
+    # of a buffer each kernel is tried with (max_fusion_buffer_group_pairwise_attempts),
+    # the bytes two kernels must share to fuse horizontally (score_fusion_memory_threshold)
+    max_fusion: int = 64
+    horizontal_size: int = 16
+    fusion_pairs: int = 64
+    fusion_score: int = 10
 
     @staticmethod
     def for_device(device_type: str) -> "Rules":
@@ -129,6 +137,9 @@ class OpInfo:
     # op allocates its outputs itself (``should_allocate`` is False), so the wrapper's pool
     # never hands it a freed buffer, though what it returns goes to the pool when freed
     self_allocating: bool = False
+    # the sizes of its (largest) output, dimensions of one element left out: the loop a
+    # pointwise kernel runs over, which the CPU scheduler's horizontal fusion compares
+    shape: tuple = ()
 
     @property
     def bytes(self) -> int:
@@ -150,6 +161,9 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     info.name = op_name(node) if node.op == "call_function" else ""
     info.loop = info.numel = max((numel(t) for _, t in vals), default=0)
     info.dims = vals[0][1].dim() if vals else 0
+    largest = max((t for _, t in vals), key=numel, default=None)
+    if largest is not None:
+        info.shape = tuple(size for size in (compat.size_hint(s) for s in largest.shape) if size != 1)
     if info.kind == REDUCTION:
         info.loop = max([numel(a.meta["val"]) for a in node.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor)] + [info.loop])

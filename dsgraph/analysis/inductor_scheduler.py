@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .inductor_ops import POINTWISE, REDUCTION, OpInfo
+from .inductor_horizontal import fuse_horizontal
+from .inductor_ops import POINTWISE, REDUCTION, OpInfo, Rules
 
 if TYPE_CHECKING:
     from .inductor_model import EmulatedGraph, InductorRun
@@ -18,19 +19,19 @@ if TYPE_CHECKING:
 _FUSIBLE = (POINTWISE, REDUCTION)
 
 
-MAX_FUSION = 64  # config.max_fusion_size; also the horizontal fusion distance (are_long_distant_nodes)
+MAX_FUSION = 64  # config.max_fusion_size
 
 
-def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
+def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int], rules: Rules) -> None:
     """The scheduler's fusion, as far as memory goes. Pointwise and reduction kernels fuse
     with a producer they read element for element over a compatible loop (the same
-    elements; a reduction's input or output for its epilogue), and with kernels of the same
-    loop that read a buffer they read (horizontal fusion, within ``MAX_FUSION`` kernels),
-    as long as the group stays acyclic (no member depends on another through a kernel
-    outside it: ``will_fusion_create_cycle``) and within ``MAX_FUSION`` kernels. A group
-    runs once everything its members read from outside is ready (``position``). A stored
-    result only its own group reads is kernel-local: never allocated
-    (``remove_kernel_local_buffers``)."""
+    elements; a reduction's input or output for its epilogue), and then with kernels that
+    share a buffer with them and do not need them (horizontal fusion, Inductor's pair
+    rule: ``inductor_horizontal``), as long as the group stays acyclic (no member depends
+    on another through a kernel outside it: ``will_fusion_create_cycle``) and within
+    ``MAX_FUSION`` kernels. A group runs once everything its members read from outside is
+    ready (``position``). A stored result only its own group reads is kernel-local: never
+    allocated (``remove_kernel_local_buffers``), except a reduction's on a CPU."""
     buffers = run.buffers
     info = g.info
     kinds = run.kinds
@@ -83,9 +84,6 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
         del members[rb]
         return True
 
-    def loop_of(k: int) -> int:
-        return info[run.kernels[k]].loop if kinds[k] == REDUCTION else info[run.kernels[k]].numel
-
     # vertical: a producer with the readers that can take its result element for element
     for b_index, b in enumerate(buffers):
         if b.input or b.start < 0 or kinds[b.start] not in _FUSIBLE:
@@ -95,15 +93,17 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
             if (key is None and kinds[step] in _FUSIBLE and step != b.start
                     and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])):
                 try_union(b.start, step)
-    # horizontal: kernels of one loop that read a common buffer, not too far apart
-    for b_index, rs in readers.items():
-        fusible = sorted({step for step, _ in rs if kinds[step] in _FUSIBLE})
-        for a, c in zip(fusible, fusible[1:]):
-            if c - a <= MAX_FUSION and loop_of(a) == loop_of(c):
-                try_union(a, c)
-    # kernel-local buffers
+    # horizontal: kernels that share a buffer and do not need each other (inductor_horizontal)
+    fuse_horizontal(run, reads, g, rules, find, members, try_union)
+    # kernel-local buffers. On a CPU a reduction's result stays a buffer: its readers fuse
+    # with it only through outer-loop fusion (``CppScheduling.can_fuse_vertical``: never
+    # after a reduction otherwise), whose kernels each remove only their own buffers and
+    # whose local buffers leave reductions out (``codegen_outer_loop_node``); Llama's
+    # RMSNorm backward keeps ``sum_8``
     for b_index, b in enumerate(buffers):
         if b.input or b.output or b.start < 0 or b.nbytes == 0 or kinds[b.start] not in _FUSIBLE:
+            continue
+        if rules.cpu and kinds[b.start] == REDUCTION:
             continue
         rs = readers.get(b_index)
         if rs and all(key is None and find(step) == find(b.start) for step, key in rs):
@@ -134,6 +134,7 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
             needed = sorted({find(d) for m in members[r] for d in deps[m]} - placed - {r} - visiting, reverse=True)
             stack.extend((q, False) for q in needed)
     order = _reorder_for_peak_memory(order, members, find, reads, run, g)
+    run.groups = [[run.kernels[m] for m in sorted(members[root])] for root in order]
     for at, root in enumerate(order):
         for m in members[root]:
             position[m] = at

@@ -36,6 +36,7 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from .inductor_index import IndexMaps
+from .inductor_layout import channels_last_copies, copied_to_channels_last
 from .inductor_model import EmulatedGraph, emulate
 from .inductor_ops import GETITEM, PLACEHOLDER, VIEW, OpInfo, Rules, classify
 from .lifetimes import TensorLifetimes, tensor_values
@@ -93,6 +94,7 @@ class StepModel:
         outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
         self.fwd_outputs = [index[o] for o in outs[:num_fwd_outputs] if isinstance(o, Node)]
         self.bwd_outputs = [index[o] for o in outs[num_fwd_outputs:] if isinstance(o, Node)]
+        self.user_visible = frozenset(self.fwd_outputs)
         self.placeholders = [i for i, n in enumerate(nodes) if n.op == "placeholder"]
         self.tangents = frozenset(i for i in self.placeholders if _is_tangent(nodes[i]))
         self.primals = [i for i in self.placeholders if i not in self.tangents]
@@ -119,6 +121,8 @@ class StepModel:
         self.info: list[OpInfo] = [classify(n, self.rules) for n in nodes]
         self.is_convolution = [n.target is torch.ops.aten.convolution.default for n in nodes]
         self.layout_opt_possible = compat.inductor_layout_opt_possible(device_type)
+        self.copied_to_channels_last = [n.op == "placeholder" and copied_to_channels_last(n) for n in nodes]
+        self.targets = [n.target for n in nodes]
         self.index_maps = IndexMaps()  # the index maps' compositions, shared by every partition's emulation
         self.realizing_user = [any(self.info[u].realizes_inputs for u in self.users[i]) for i in range(n_nodes)]
         # FX: storages (views alias their base; a multi-output node's elements have their own)
@@ -410,8 +414,10 @@ class StepModel:
         # ``GraphLowering.decide_layout_opt``: on a CPU with mkldnn, any convolution turns it
         # on (the GPU's heuristics are not modelled: a convolution turns it on there too)
         layout_opt = self.layout_opt_possible and any(self.is_convolution[i] for i in order)
+        copies = channels_last_copies(order, inputs, output_set, self.copied_to_channels_last, self.user_visible,
+                                      all_users, self.is_convolution, self.targets) if layout_opt else []
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
-                             frozenset(donated), pointwise, self.index_maps, layout_opt)
+                             frozenset(donated), pointwise, self.index_maps, layout_opt, copies)
 
     def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
@@ -430,7 +436,10 @@ class StepModel:
 
     def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None) -> StepPeak:
         saved_out = [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
-        fw_outputs = list(dict.fromkeys(self.fwd_outputs + saved_out))
+        # saved inputs are forward outputs too: with layout optimization Inductor may
+        # return a channels-last copy of one (``inductor_layout``), a buffer of the forward
+        saved_inputs = [i for i in used_saved if self.info[i].kind == PLACEHOLDER]
+        fw_outputs = list(dict.fromkeys(self.fwd_outputs + saved_out + saved_inputs))
         fw_run = emulate(self._graph(fw_order, fw_inputs, fw_outputs), self.rules)
         bw_members = set(bw_order)
         bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in bw_members for u in self.users[t]))

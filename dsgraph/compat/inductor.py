@@ -305,4 +305,9 @@ def inductor_rules(device_type: str) -> dict[str, Any]:
                 keep_half_addmm=bool(getattr(c, "keep_addmm_fused_for_half_dtypes", False)),
                 two_step_variance=int(getattr(c.cpp, "use_two_step_variance_threshold", 1024) if cpu
                                       else getattr(c.triton, "use_two_step_variance_threshold", 32768)),
-                two_step_min_numel=int(getattr(c.triton, "use_two_step_variance_min_numel", 0)))
+                two_step_min_numel=int(getattr(c.triton, "use_two_step_variance_min_numel", 0)),
+                max_fusion=int(getattr(c, "max_fusion_size", 64)),
+                horizontal_size=int(getattr(c.cpp, "max_horizontal_fusion_size", 16) if cpu
+                                    else getattr(c, "max_fusion_size", 64)),
+                fusion_pairs=int(getattr(c, "max_fusion_buffer_group_pairwise_attempts", 64)),
+                fusion_score=int(getattr(c, "score_fusion_memory_threshold", 10)))

@@ -97,13 +97,16 @@ def test_repro_runs(tmp_path):
 
 
 def test_env_var_and_stale_folders(tmp_path, monkeypatch):
-    (tmp_path / "c009_forward").mkdir()
+    # a name this process does not write: compile ids count every compile of the process,
+    # and with nine dsgraph compiles before it in one pytest run (the zoo's e2e files ahead
+    # of tests/unit) "c009_forward" was this test's own forward graph
+    (tmp_path / "c999_forward").mkdir()
     (tmp_path / "notes.txt").write_text("mine")
     monkeypatch.setenv("DSGRAPH_DUMP", str(tmp_path))
     compile_and_step()
     listing = files(tmp_path)
     assert "notes.txt" in listing  # files dsgraph did not write stay
-    assert not (tmp_path / "c009_forward").exists()  # folders of an earlier run go
+    assert not (tmp_path / "c999_forward").exists()  # folders of an earlier run go
     assert any(n.startswith("c") and n.endswith("forward/01_lifetimes.py") for n in listing)
 
 
