@@ -279,11 +279,7 @@ def time_steps(fn: Callable, model: nn.Module, inputs: tuple, device: str, warmu
 
 
 MAX_HISTORY = 4_000_000  # allocator events kept (a ring): far more than one zoo run makes
-_HISTORY_FROM_START = []  # set by main's --history
-
-
-def _recording_history() -> bool:
-    return bool(_HISTORY_FROM_START)
+HISTORY_FROM_START = False  # main's --history: the allocator's history recorded from the start
 
 
 def _collect() -> None:
@@ -328,7 +324,7 @@ def _peak_of_one_step(step: Callable, model: nn.Module, inputs: tuple, top: int 
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     resident = resident_bytes(model, inputs)
-    recorded = _recording_history()
+    recorded = HISTORY_FROM_START
     if not recorded:
         torch.cuda.memory._record_memory_history(max_entries=MAX_HISTORY)
     first = torch.cuda.memory._snapshot()
@@ -447,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         # the allocator's history from the start, so that what a step finds allocated
         # before it can be traced to the frames that allocated it
         torch.cuda.memory._record_memory_history(max_entries=MAX_HISTORY)
-        _HISTORY_FROM_START.append(True)
+        global HISTORY_FROM_START
+        HISTORY_FROM_START = True
     for name in names:
         entry = BY_NAME[name]
         try:
