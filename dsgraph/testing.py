@@ -44,6 +44,7 @@ class ParityRow:
     note: str = ""
     rmse: float | None = None  # fp64 rule: RMSE(g, g_fp64)
     ref_rmse: float | None = None  # fp64 rule: RMSE(g_ref, g_fp64)
+    exact_rms: float | None = None  # fp64 rule: RMS(g_fp64), the scale a relative tolerance needs
 
 
 @dataclass
@@ -167,7 +168,9 @@ def _compare(name: str, got: torch.Tensor | None, ref: torch.Tensor | None, rule
         return ParityRow(name, tuple(got.shape), rel, max_abs, False, "no float64 reference for this tensor")
     rmse, ref_rmse = _rmse(got, exact), _rmse(ref, exact)
     ok = finite and rmse <= 2 * ref_rmse + tol
-    return ParityRow(name, tuple(got.shape), rel, max_abs, bool(ok), rmse=rmse, ref_rmse=ref_rmse)
+    exact_rms = float(exact.double().square().mean().sqrt()) if exact.numel() else 0.0
+    return ParityRow(name, tuple(got.shape), rel, max_abs, bool(ok), rmse=rmse, ref_rmse=ref_rmse,
+                     exact_rms=exact_rms)
 
 
 def _compiled(model: torch.nn.Module, backend: str, options: Mapping[str, Any] | None):

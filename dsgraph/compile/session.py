@@ -37,6 +37,7 @@ from ..pass_api import CompileConfig, CompiledStep, CompileState, PassContext
 from ..report import capture, dumps
 from ..report.capture import CapturedCompile
 from ..report.reports import GraphReport
+from ..runtime import handles
 from ..runtime.wrappers import boxed, variant_switch
 from ..units import format_bytes
 from . import registry
@@ -183,6 +184,12 @@ class CompileSession:
             self._run_checks()
         for _, wrapper in ctx.runtime_wrappers:
             compiled = boxed(wrapper(compiled))
+        if stage == "forward" and self.state.backward_receives:
+            # the backward's handles of these inputs are resolved against them when the
+            # graph runs for other tensors than it was compiled for (runtime.handles)
+            positions = sorted(self.state.backward_receives)
+            params = self.state.graph_params
+            compiled = handles.remember_inputs(compiled, positions, [params[i] for i in positions])
         if self.config.dump_dir and stage in ("backward", "inference"):
             dumps.step_memory(self.config.dump_dir, self.compile_id, self.stages, self.state.saved_names or [])
         report.compile_seconds = time.perf_counter() - start

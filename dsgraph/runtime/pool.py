@@ -39,6 +39,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import compat
+from . import handles
 
 ALIGN = 16  # elements: slots start on 64-byte boundaries for fp32 (vector loads, cuBLAS)
 
@@ -121,6 +122,7 @@ class PoolManager:
 
     def slot_of(self, param: torch.Tensor) -> Slot | None:
         return self._slot_of.get(param)
+
 
     # -- run time -------------------------------------------------------------------------
 
@@ -245,13 +247,21 @@ class PooledBackward:
 
     def _slots_of(self, args: list) -> list[Slot]:
         """The slots of the parameters this call's backward received (the compile-time
-        slots when they are the same parameters, the common case)."""
+        slots when they are the same parameters, the common case). The backward receives
+        a view of each parameter (``runtime.handles``)."""
         if self.positions is None:
             return self.slots
         out = []
         for compiled_for, position in zip(self.slots, self.positions):
-            param = args[position]
-            if compiled_for.param() is param and not compiled_for.moved:
+            handle = args[position]
+            param = compiled_for.param()
+            if param is None or not handles.views(handle, param):
+                param = handles.resolve(handle)
+                if param is None:
+                    raise RuntimeError(
+                        "dsgraph gradient pool: a compiled backward ran for a parameter its forward did not see "
+                        f"(shape {tuple(handle.shape)[1:]}, {handle.dtype}, {handle.device})")
+            if param is compiled_for.param() and not compiled_for.moved:
                 out.append(compiled_for)
                 continue
             slot = self.manager.slot(param)

@@ -361,3 +361,62 @@ def test_a_graph_reused_for_other_parameters_writes_their_slots():
     for name in ref:
         assert torch.equal(got[name], ref[name]), name
     assert set(dsgraph.grad_pool(model).slots) == {n for n, _ in model.named_parameters()}
+
+
+class _ConvBlock(nn.Module):
+    def __init__(self, c=4):
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return x + F.relu(self.norm(self.conv(x)))
+
+
+class _ConvNet(nn.Module):
+    """Convolution blocks, with a graph break after the second so that Dynamo runs one
+    block's graph again for the blocks after it (``reuse``)."""
+
+    def __init__(self, reuse: bool):
+        super().__init__()
+        self.stem, self.reuse = nn.Conv2d(3, 4, 3), reuse
+        self.blocks = nn.ModuleList(_ConvBlock() for _ in range(4))
+
+    def forward(self, x):
+        x = self.stem(x)
+        for i, b in enumerate(self.blocks):
+            x = b(x)
+            if self.reuse and i == 1:
+                torch._dynamo.graph_break()
+        return x
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reuse", [False, True], ids=["one_graph", "graph_reused_by_blocks"])
+def test_convolution_weights_through_inductor_find_their_slots(reuse):
+    """Found on the H200 (resnet18 of the model zoo): Inductor's layout optimization returns
+    a saved convolution weight as a channels-last copy, so a backward that received the
+    parameter itself to find its slot got a copy and refused to run. The backward now gets
+    a view of each parameter that Inductor leaves alone (``compile.partition_edit``), also
+    when one graph serves several blocks. Gradients bitwise equal to the same graphs
+    without the pool, over two accumulating steps."""
+    def grads(options):
+        torch.manual_seed(0)
+        model = _ConvNet(reuse)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="dsgraph", options=options)
+        for step in range(2):
+            torch.manual_seed(step)
+            compiled(torch.randn(2, 3, 10, 10)).square().mean().backward()
+        return model, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    _, ref = grads({"pipeline": ""})
+    model, got = grads({"grad_pool": True, "fallback": "error"})
+    assert got.keys() == ref.keys()
+    for name in ref:
+        assert torch.equal(got[name], ref[name]), name
+    # with the break in the loop Dynamo runs the stem eagerly and compiles one block's
+    # graph, which then serves all four: every block's parameters are pooled
+    pooled = set(dsgraph.grad_pool(model).slots)
+    assert {n for n, _ in model.blocks.named_parameters(prefix="blocks")} <= pooled
+    if not reuse:
+        assert pooled == {n for n, _ in model.named_parameters()}

@@ -39,8 +39,13 @@ def test_full_pipeline_meets_the_fp64_rule(entry):
         result = check_training_step(model, inputs, options, rule="fp64")
     assert result.ok and len(result.rows) == 1 + sum(1 for p in model.parameters() if p.requires_grad)
     # fp32 with TF32 off: the rule's absolute tol (1e-3) is loose for small gradients, so
-    # each tensor is also held near eager's (recomputation and chunking regroup sums)
-    far = [(r.name, r.rel_err) for r in result.rows if r.rel_err > 1e-4]
+    # each tensor is also held to the rule with a tolerance relative to its own scale.
+    # Not relative to eager's: a gradient that is zero in exact arithmetic is rounding
+    # noise in both (BERT's attention key bias: softmax ignores a constant added to every
+    # score of a query; on the H200 dsgraph and eager differed by 24% of eager's noise there)
+    # (rows without an RMSE: a parameter with no gradient in both, which the rule checked)
+    far = [(r.name, r.rmse, r.ref_rmse, r.exact_rms) for r in result.rows
+           if r.rmse is not None and not r.rmse <= 2 * r.ref_rmse + 1e-4 * r.exact_rms]
     assert not far, far
     reports = dsgraph.reports()
     assert not any(r.fallback for r in reports)

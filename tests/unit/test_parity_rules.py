@@ -30,6 +30,10 @@ def test_fp64_rule_under_bf16_autocast_passes_dsgraph():
     # bf16 eager really differs from float64 (the bound is not empty); the last bias's
     # gradient is a sum of ones, exact in every dtype
     assert rows["loss"].ref_rmse > 0 and rows["0.weight"].ref_rmse > 0
+    # the fp64 tensor's own scale, for tolerances relative to it: the loss's is |loss|
+    ref = model_and_input()[0].double()
+    loss64 = ref(x.double())
+    assert rows["loss"].exact_rms == pytest.approx(abs(float(loss64.sum())), rel=1e-12)
     assert "RMSE(g, g_fp64) <= 2 * RMSE(g_ref, g_fp64)" in result.table()
 
 
