@@ -101,6 +101,13 @@ def _bucket_epilogue_eager(pool, g):
     return (pool * (1.0 / WORLD)).to(torch.bfloat16)
 
 
+def _bucket_scale_bf16(bucket):
+    """The compressed bucket epilogue as the allreduce pass emits it for lower_triton: the
+    bucket view scaled by 1/world and cast to bf16 for the wire (the accumulation stays with
+    each gradient's producer)."""
+    return (bucket * (1.0 / WORLD)).to(torch.bfloat16)
+
+
 @dataclass
 class Case:
     name: str
@@ -130,6 +137,7 @@ CASES = [
     Case("softmax", _softmax, [((16384, 4096), F32)], [((5, 37), F32)]),
     Case("bucket_epilogue", _bucket_epilogue, [((64 * 2**20,), F32)] * 2, [((1001,), F32)] * 2,
          eager=_bucket_epilogue_eager, mutates=(0,)),
+    Case("bucket_scale_bf16", _bucket_scale_bf16, [((64 * 2**20,), F32)], [((1001,), F32)]),
 ]
 
 

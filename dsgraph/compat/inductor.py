@@ -116,8 +116,9 @@ def control_deps_op() -> Any:
 
 def pin_collectives(snodes: list) -> list:
     """Inductor scheduler pass (after its fusion and peak-memory reordering): put every
-    collective, with the kernels that produce what it sends (a scale, a cast), right after
-    the last kernel it depends on, and move every wait, with everything that depends on it,
+    collective, with the kernels that produce what it sends (a scale, a cast; and what
+    exists only to feed those: the extern kernel behind a MultiOutput, an allocation a
+    user-defined kernel writes into), right after the last kernel it depends on, and move every wait, with everything that depends on it,
     to the end. Kernels that neither feed a collective nor follow a wait keep Inductor's
     order. Any order this returns is a topological order of the scheduler's dependencies:
     a node moves to right after its last ancestor, and a set closed under descendants
@@ -144,13 +145,33 @@ def pin_collectives(snodes: list) -> list:
                 last = i
         return last + 1
 
-    for comm in comms:
-        feeders = []
-        for dep in comm.read_writes.reads:
+    def sources(node) -> list:
+        found = []
+        for dep in node.read_writes.reads:
             source = None if isinstance(dep, WeakDep) else owner.get(dep.name)
-            if (source is not None and source is not comm and source not in feeders
+            if (source is not None and source is not node and source not in found
                     and not contains_collective(source) and not contains_wait(source)):
-                feeders.append(source)
+                found.append(source)
+        return found
+
+    def feeds_only(node, names: set) -> bool:
+        # weak users only need to run after it, which moving it earlier keeps
+        users = [u for buf in node.get_outputs() for u in buf.users if not u.is_weak]
+        return bool(users) and all(
+            hasattr(u.node, "get_operation_names") and u.node.get_operation_names() <= names for u in users)
+
+    for comm in comms:
+        # what it reads, and further back what exists only to produce that (an extern
+        # kernel behind its MultiOutput, the allocation a user-defined kernel writes into)
+        feeders = sources(comm)
+        names = set(comm.get_operation_names()).union(*(f.get_operation_names() for f in feeders))
+        frontier = list(feeders)
+        while frontier:
+            for source in sources(frontier.pop()):
+                if source not in feeders and feeds_only(source, names):
+                    feeders.append(source)
+                    names |= source.get_operation_names()
+                    frontier.append(source)
         feeders.sort(key=order.index)
         for node in feeders + [comm]:
             order.remove(node)

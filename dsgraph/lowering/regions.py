@@ -372,10 +372,14 @@ def _makes_inductor_store(user: Node, rules) -> bool:
     """Does Inductor store the value ``user`` reads? It does when ``user`` is the graph's
     output or an extern kernel (a matmul, attention, a fallback op: they read buffers), a
     mutation, a scatter or a concat kernel, looking through views. A pointwise or reduction
-    user Inductor fuses with the value's producer, which then is never stored."""
+    user Inductor fuses with the value's producer, which then is never stored. An op with
+    side effects (a collective such as ``all_reduce_``, which writes its input in place; a
+    mutating custom op) reads a buffer, whatever the Inductor emulation calls it
+    (``inductor_ops`` classifies ``_c10d_functional.all_reduce_`` as pointwise: it has a
+    lowering of its own)."""
     from dsgraph.analysis import inductor_ops as ops
 
-    if user.op != "call_function":
+    if user.op != "call_function" or compat.has_side_effects(user):
         return True
     kind = ops.classify(user, rules).kind
     if kind in (ops.VIEW, ops.GETITEM):

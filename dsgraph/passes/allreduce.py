@@ -58,6 +58,36 @@ flight from their issue to the end of the backward: ``BucketPlan.inflight_bytes`
 the checkpoint planner counts (``inflight_bytes``, an upper bound made before the backward
 exists). Uncompressed buckets are reduced in place and add no bytes.
 
+**Per-bucket epilogue** (when ``lower_triton`` follows in the pipeline and will take tagged
+regions, ``lowers_pool_epilogues``): the scale and the cast are one pass over the bucket
+view instead of one per slot, and their nodes carry ``node.meta["dsgraph_pool_epilogue"]``,
+so ``lower_triton{select=tagged}`` makes each bucket's epilogue one generated kernel::
+
+    bucket_ready_(dsgraph_bucket_0, [dsgraph_grad_0, dsgraph_grad_1])   # ordering only
+    mul = mul(dsgraph_bucket_0, 0.5)                                    # tagged
+    copy_(dsgraph_bucket_0, mul)                                        # tagged (uncompressed)
+    issued_0 = control_deps((dsgraph_grad_0, dsgraph_grad_1, dsgraph_bucket_0), issue_0, dsgraph_bucket_0)
+  or, compressed:
+    wire = convert_element_type(mul, bfloat16)                          # tagged
+    issued_0 = all_reduce_(wire, "sum", group)
+
+The region is {mul, copy_} (in place, 8 bytes per fp32 element) or {mul, convert} (4 read,
+2 written): the collective is outside it (lowering never spans a side effect), so the
+write back after a compressed bucket's wait (``bucket.copy_(wait)``, a cast-copy Inductor
+makes one kernel) stays apart. ``bucket_ready_`` (``dsgraph.runtime.ops``) reads the slots
+and declares a write of the bucket, because the bucket and the slots are inputs that
+Inductor does not know to alias: without it nothing would order the epilogue after the
+slots' writers (``compat.pin_collectives`` would even hoist it, with the collective it
+feeds, to the start). The accumulation ``slot += g`` stays with the kernel producing ``g``:
+a bucket's gradients come from different kernels at different times, and one kernel for
+all of them would keep them alive until the last one. The arithmetic is the per-slot form's
+(``x * (1/world)`` in the gradient's dtype, then the cast), element for element, so the
+gradients are bitwise the same; alignment padding inside the bucket is scaled and sent too
+(uninitialised memory that nothing reads, as in ``DataParallelBackward.reduce_now``) where
+the per-slot form sends zeros. Without lowering the per-slot form stays: there Inductor
+fuses each slot's scale into its writer, where a bucket-wide pass would read and write the
+non-matmul slots once more.
+
 The variant without collectives (``no_sync``, and steps where hooks must see local
 gradients) is the graph before the scales and collectives were added;
 ``DataParallelBackward`` (``dsgraph.runtime.replicate``) picks one per call. Every rank
@@ -77,6 +107,7 @@ from dsgraph import compat
 from dsgraph.analysis.ops import written_args
 from dsgraph.errors import UsageError
 from dsgraph.pass_api import PassContext, PassResult, PassSpec
+from dsgraph.runtime.ops import BUCKET_READY
 from dsgraph.runtime.pool import ALIGN, PooledBackward, Slot
 from dsgraph.runtime.replicate import BucketSpec, DataParallelBackward, check_same_on_all_ranks, replica_of
 from dsgraph.units import format_bytes
@@ -84,6 +115,8 @@ from dsgraph.units import format_bytes
 DEFAULT_BUCKET_MB = 25.0  # as DDP's bucket_cap_mb; MB here are MiB, as in DDP
 FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket: small, so communication starts early
 COMPRESS = ("none", "bf16")
+EPILOGUES = ("slots", "bucket")  # the scale (and cast) fused into each slot's writer, or one pass per bucket
+TAG = "dsgraph_pool_epilogue"  # node.meta key lower_triton's tagged selection takes (dsgraph.lowering.regions.TAGS)
 
 
 def _bucket_mb(raw: str) -> float:
@@ -159,6 +192,7 @@ class BucketPlan:
     first_bucket_bytes: int = 0
     compress: str = "none"
     world_size: int = 1
+    epilogue: str = "slots"  # EPILOGUES
 
     @property
     def inflight_bytes(self) -> int:
@@ -173,7 +207,7 @@ class BucketPlan:
     def lines(self) -> list[str]:
         head = (f"BucketPlan: {len(self.buckets)} buckets, world size {self.world_size}, average = scale by "
                 f"1/{self.world_size} then sum, compress {self.compress}, bucket cap {self.bucket_bytes} B, "
-                f"first bucket cap {self.first_bucket_bytes} B")
+                f"first bucket cap {self.first_bucket_bytes} B, epilogue per {'bucket' if self.epilogue == 'bucket' else 'slot'}")
         return [head] + [b.line() for b in self.buckets]
 
     def __str__(self) -> str:
@@ -208,16 +242,20 @@ def _writers(gm: GraphModule, names: set[str]) -> dict[str, list[int]]:
 
 def plan_buckets(gm: GraphModule, slots: Sequence[tuple[str, Slot]], bucket_bytes: int,
                  first_bucket_bytes: int = FIRST_BUCKET_BYTES, compress: str = "none",
-                 world_size: int = 1) -> BucketPlan:
+                 world_size: int = 1, epilogue: str = "slots") -> BucketPlan:
     """Buckets for the slot inputs ``slots`` ((placeholder name, pool slot) pairs) of ``gm``.
 
     Slots are taken in the order the graph writes them (the position of each slot's last
     write); a bucket grows by the next slot while that slot lies right after it in the same
     buffer (up to the alignment padding) and the bucket holds less than its cap
     (``first_bucket_bytes`` for the first bucket, ``bucket_bytes`` after), so a bucket can
-    pass its cap by one slot, as DDP's do. Only the graph and these arguments decide."""
+    pass its cap by one slot, as DDP's do. Only the graph and these arguments decide.
+    ``epilogue``: "slots" (each slot scaled after its write) or "bucket" (one pass over each
+    bucket, tagged for lower_triton)."""
     if compress not in COMPRESS:
         raise ValueError(f"compress must be one of {list(COMPRESS)}, got {compress!r}")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {list(EPILOGUES)}, got {epilogue!r}")
     first_bucket_bytes = min(first_bucket_bytes, bucket_bytes)
     nodes = list(gm.graph.nodes)
     writers = _writers(gm, {name for name, _ in slots})
@@ -238,7 +276,7 @@ def plan_buckets(gm: GraphModule, slots: Sequence[tuple[str, Slot]], bucket_byte
                 continue
         groups.append([(name, slot)])
     plan = BucketPlan(bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes,
-                      compress=compress, world_size=world_size)
+                      compress=compress, world_size=world_size, epilogue=epilogue)
     for index, group in enumerate(groups):
         names = [name for name, _ in group]
         issue = max(max(writers[n]) for n in names)
@@ -321,6 +359,37 @@ def _memory_order_flat(graph: torch.fx.Graph, fake_mode, t: Node) -> Node:
     return _call(graph, fake_mode, torch.ops.aten.view.default, t, [val.numel()])
 
 
+def _bucket_epilogue(gm: GraphModule, b: Bucket, bucket_in: Node, slots: list[Node], after: Node, scale: float,
+                     group: str, fake_mode) -> Node:
+    """One bucket's epilogue as one pass over its view, right after ``after`` (the write of
+    its last slot), and its issue; returns the node the wait waits on."""
+    graph = gm.graph
+    with graph.inserting_after(after):
+        ready = _call(graph, fake_mode, BUCKET_READY, bucket_in, list(slots))
+    with graph.inserting_after(ready):
+        scaled = _call(graph, fake_mode, torch.ops.aten.mul.Tensor, bucket_in, scale)
+    scaled.meta[TAG] = True
+    if b.compressed:
+        with graph.inserting_after(scaled):
+            wire = _call(graph, fake_mode, torch.ops.prims.convert_element_type.default, scaled, b.wire_dtype)
+        wire.meta[TAG] = True
+        with graph.inserting_after(wire):
+            return _call(graph, fake_mode, compat.all_reduce_op(), wire, "sum", group)
+    with graph.inserting_after(scaled):
+        back = _call(graph, fake_mode, torch.ops.aten.copy_.default, bucket_in, scaled)
+    back.meta[TAG] = True
+    sub = _all_reduce_subgraph(bucket_in.meta["val"], group, fake_mode)
+    attr = f"dsgraph_issue_{b.index}"
+    setattr(gm, attr, sub)
+    with graph.inserting_after(back):
+        get = graph.get_attr(attr)
+    with graph.inserting_after(get):
+        # the bucket among the dependencies: after its epilogue, its last write
+        issued = graph.call_function(compat.control_deps_op(), (tuple(slots) + (bucket_in,), get, bucket_in))
+    issued.meta["val"] = sub.graph.output_node().args[0].meta["val"]
+    return issued
+
+
 def apply_buckets(gm: GraphModule, plan: BucketPlan, group: str, fake_mode) -> GraphModule:
     """Scale each slot after its last write, issue every bucket after the node that writes its
     last slot, wait for it where the plan says; the bucket inputs must be there
@@ -335,7 +404,12 @@ def apply_buckets(gm: GraphModule, plan: BucketPlan, group: str, fake_mode) -> G
     Compressed: the bucket is rebuilt in the wire dtype from the slots themselves,
     ``cat(convert(slot * 1/world) in memory order, zeros for the alignment padding)``, which
     Inductor computes straight into the one wire buffer; the all-reduce depends on it by data
-    flow, and after the wait ``bucket.copy_(wire)`` writes the average into the pool."""
+    flow, and after the wait ``bucket.copy_(wire)`` writes the average into the pool.
+
+    ``plan.epilogue == "bucket"``: instead, after the bucket's last slot write,
+    ``bucket_ready_(bucket, slots)`` then one pass over the bucket view, ``bucket * 1/world``
+    written back in place (uncompressed) or cast to the wire dtype (compressed), its nodes
+    tagged ``dsgraph_pool_epilogue`` (``_bucket_epilogue``)."""
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     scale = 1.0 / plan.world_size
@@ -343,7 +417,9 @@ def apply_buckets(gm: GraphModule, plan: BucketPlan, group: str, fake_mode) -> G
     for b in plan.buckets:
         bucket_in = by_name[f"dsgraph_bucket_{b.index}"]
         slots = [by_name[name] for name in b.slots]
-        if not b.compressed:
+        if plan.epilogue == "bucket":
+            issued = _bucket_epilogue(gm, b, bucket_in, slots, by_name[b.issue_after], scale, group, fake_mode)
+        elif not b.compressed:
             last = None
             for slot, writer in zip(slots, b.written_by):
                 with graph.inserting_after(by_name[writer]):
@@ -402,6 +478,24 @@ def _group(ctx: PassContext, replica):
     return option
 
 
+def lowers_pool_epilogues(ctx: PassContext, gm: GraphModule) -> bool:
+    """Will ``lower_triton`` run after this pass and take the tagged bucket epilogues
+    (selections ``tagged``, the default, and ``all``; not refused for this graph: CPU
+    tensors without Triton's interpreter, CPU Inductor without ``opaque=1``)? Only then is
+    the per-bucket form worth it (see the module docstring). The same on every rank: the
+    pipeline, the options and the graph's device type decide."""
+    from dsgraph.passes.lower_triton import refusal
+
+    pipeline = ctx.config.pipeline
+    lower = pipeline.get("lower_triton")
+    mine = pipeline.get("allreduce")
+    if lower is None or mine is None or pipeline.passes.index(lower) < pipeline.passes.index(mine):
+        return False
+    if (lower.arg("select") or "tagged") not in ("tagged", "all"):
+        return False
+    return refusal(gm, ctx.config.options.inductor, lower.arg("opaque") == "1") is None
+
+
 def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     import torch.distributed as dist
 
@@ -421,7 +515,8 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     world = dist.get_world_size(group)
     bucket_mb = ctx.args.get("bucket_mb", DEFAULT_BUCKET_MB)
     plan = plan_buckets(gm, [(n.name, s) for n, s in zip(slot_inputs, pool.slots)], int(bucket_mb * (1 << 20)),
-                        FIRST_BUCKET_BYTES, ctx.args.get("compress", "none"), world)
+                        FIRST_BUCKET_BYTES, ctx.args.get("compress", "none"), world,
+                        "bucket" if lowers_pool_epilogues(ctx, gm) else "slots")
     # a rank that planned differently would hang in, or corrupt, the collectives below
     check_same_on_all_ranks(group, f"all-reduce plan of the backward graph {ctx.graph_name}", plan.lines())
 
@@ -441,5 +536,6 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     ctx.report(allreduce_buckets=len(plan.buckets), allreduce_sent_bytes=plan.sent_bytes,
                allreduce_inflight_bytes=plan.inflight_bytes)
     stats = {"buckets": len(plan.buckets), "sent_bytes": plan.sent_bytes, "inflight_bytes": plan.inflight_bytes,
-             "first_bucket_bytes": plan.buckets[0].nbytes if plan.buckets else 0}
+             "first_bucket_bytes": plan.buckets[0].nbytes if plan.buckets else 0,
+             "epilogue": plan.epilogue}
     return PassResult(gm, changed=True, stats=stats)

@@ -133,6 +133,9 @@ class LoweringPlan:
             "fallbacks": len(self.fallbacks),
             "kernels": sorted({p.kernel for p in self.lowered}),
             "bytes_moved": sum(p.bytes_moved for p in self.lowered),
+            # lowered regions that are an all-reduce bucket's epilogue (tagged by the allreduce pass)
+            "pool_epilogues": sum(1 for p in self.lowered if any(n.meta.get("dsgraph_pool_epilogue")
+                                                                 for n in p.region.nodes)),
         }
 
     def __str__(self) -> str:

@@ -15,6 +15,14 @@ the product, then the add; an ``addmm`` epilogue could round differently).
 weight: the embedding's scatter plus the head's matmul), which stock Inductor computes as one
 ``addmm``. Empty slots get ``addmm(bias, a, b, out=slot)``, the kernel stock runs; others
 ``slot += addmm(bias, a, b)``, the gradient computed as stock does and then accumulated.
+
+``dsgraph::bucket_ready_(bucket, slots)``: does nothing at run time. An all-reduce bucket is
+a view of the gradient pool that the backward receives as a graph input of its own, next to
+one input per slot (``dsgraph.passes.allreduce``); Inductor does not know that they alias.
+A kernel that reads the bucket (the per-bucket epilogue: ``bucket * 1/world``, the bf16 cast
+for the wire) must run after every write of its slots: this op reads the slots and declares
+a write of the bucket, so Inductor orders it after the slots' writers and every later
+reader of the bucket after it. It launches nothing (an extern call of an empty function).
 """
 
 from __future__ import annotations
@@ -56,3 +64,16 @@ def _addmm_into_fake(out: torch.Tensor, bias: torch.Tensor, a: torch.Tensor, b: 
 
 
 ADDMM_INTO = torch.ops.dsgraph.addmm_into_.default
+
+
+@torch.library.custom_op("dsgraph::bucket_ready_", mutates_args=("bucket",))
+def bucket_ready_(bucket: torch.Tensor, slots: list[torch.Tensor]) -> None:
+    return None  # an ordering edge only: see the module docstring
+
+
+@bucket_ready_.register_fake
+def _bucket_ready_fake(bucket: torch.Tensor, slots: list[torch.Tensor]) -> None:
+    return None
+
+
+BUCKET_READY = torch.ops.dsgraph.bucket_ready_.default

@@ -15,9 +15,13 @@ pytestmark = pytest.mark.dist
 _cache: dict[str, list[list[dict]]] = {}
 
 
+# scenarios whose processes need more than the launcher's environment
+_ENV = {"lowered": {"TRITON_INTERPRET": "1"}, "lowered_inductor": {"TRITON_INTERPRET": "1"}}  # Triton on the CPU
+
+
 def results(scenario: str, timeout: float) -> list[list[dict]]:
     if scenario not in _cache:
-        _cache[scenario] = run_workers(scenario, timeout=timeout)
+        _cache[scenario] = run_workers(scenario, timeout=timeout, env=_ENV.get(scenario))
     return _cache[scenario]
 
 
@@ -87,3 +91,24 @@ def test_inductor_keeps_the_planned_order():
     against DDP within the fp32 rule."""
     assert_checks("inductor", 300, ("four buckets", "order of", "buckets are used", "no concatenation", "inductor grads",
                                          "budget check ran"))
+
+
+def test_lowered_bucket_epilogues_one_kernel_each():
+    """lower_triton on the data-parallel backward (FX code, Triton's interpreter): the
+    allreduce pass tags one epilogue per bucket (scale, and the bf16 cast with compression),
+    each becomes one generated kernel between the bucket's last slot write and its issue."""
+    assert_checks("lowered", 300, ("lowered none:", "lowered bf16:"))
+
+
+def test_lowered_bucket_epilogues_keep_the_gradients_bitwise():
+    """fp32: bitwise the pipeline without lowering and DDP around the same local graphs;
+    bf16: bitwise the pipeline without lowering and DDP with its bf16 hook (the kernel
+    rounds x * 1/world to bf16 to nearest even, as the cast it replaces); with no_sync."""
+    assert_checks("lowered", 300, ("lowered none vs", "lowered none params", "lowered bf16 vs", "lowered bf16 params"))
+
+
+def test_lowered_bucket_epilogues_through_cpu_inductor():
+    """CPU Inductor with ``lower_triton{opaque=1}``: in the generated code each bucket's
+    kernel runs after ``bucket_ready_`` (after the bucket's slot writes) and right before
+    its issue; gradients bitwise those of the same compile without lowering."""
+    assert_checks("lowered_inductor", 420, ("inductor lowered",))

@@ -396,6 +396,111 @@ def scenario_inductor() -> None:
     compare("inductor grads vs DDP eager", ours, {n: p.grad for n, p in m_ref.named_parameters()}, bitwise=False)
 
 
+def scenario_lowered() -> None:
+    """lower_triton (the default tagged selection) on the data-parallel backward, as FX code
+    with Triton's interpreter (the launcher sets TRITON_INTERPRET=1): each bucket's epilogue
+    is one generated kernel, and the gradients are bitwise those of the same pipeline
+    without lowering and of DDP around the same local graphs (with DDP's bf16 hook for
+    compress="bf16"), over synced steps and no_sync micro-batches."""
+    from torch.testing import FileCheck
+
+    from dsgraph.report.capture import capture
+
+    model = fresh_model()
+    dsgraph.replicate(model)
+    for compress in ("none", "bf16"):
+        name = f"lowered {compress}"
+        plain = copy.deepcopy(model)
+        dsgraph.replicate(plain)
+        g_plain, p_plain = train(dsgraph_dp(plain, compress=compress), plain, steps=3, micro=2,
+                                 no_sync=lambda: dsgraph.no_sync(plain))
+        lowered = copy.deepcopy(model)
+        dsgraph.replicate(lowered)
+        dsgraph.clear_reports()
+        with capture() as cap:
+            g_low, p_low = train(dsgraph_dp(lowered, compress=compress, lower_triton=True), lowered, steps=3, micro=2,
+                                 no_sync=lambda: dsgraph.no_sync(lowered))
+        ref_local, m_local = ddp_local(model, hook=bf16_cast_hook if compress == "bf16" else None)
+        g_ref, p_ref = train(ref_local, m_local, steps=3, micro=2, no_sync=ref_local.no_sync)
+        compare_steps(f"{name} vs the same pipeline without lowering", g_low, g_plain, bitwise=True)
+        compare(f"{name} params vs the same pipeline without lowering", p_low, p_plain, bitwise=True)
+        compare_steps(f"{name} vs DDP(dsgraph local)" + ("+bf16_compress_hook" if compress == "bf16" else ""),
+                      g_low, g_ref, bitwise=True)
+
+        backward = [r for r in dsgraph.reports() if r.kind == "backward"]
+        stats = {p.name: p.stats for r in backward for p in r.passes}
+        buckets = stats.get("allreduce", {}).get("buckets")
+        lowering = stats.get("lower_triton", {})
+        check(f"{name}: the allreduce pass emitted the per-bucket epilogue",
+              buckets == 3 and stats["allreduce"].get("epilogue") == "bucket", str(stats.get("allreduce")))
+        check(f"{name}: one lowered kernel per bucket epilogue, none failed",
+              lowering.get("pool_epilogues") == buckets and lowering.get("fallbacks") == 0, str(lowering))
+        code = cap.compiles[0].stages["backward"].after.code
+        kernel = "torch.ops.dsgraph_triton."
+        try:
+            checker = FileCheck()
+            for k in range(3):
+                checker.check(f"bucket_ready_.default(dsgraph_bucket_{k},")
+                checker.check(kernel).check(f"(dsgraph_bucket_{k})")
+                checker.check_not("aten.mul.Tensor(dsgraph_bucket_").check_not("convert_element_type")
+                checker.check(f"dsgraph_issued_{k} = ")
+                checker.check("control_deps(" if compress == "none" else "all_reduce_.default(dsg_pw_")
+            checker.run(code)
+            check(f"{name}: the graph issues each bucket right after its kernel", True)
+        except RuntimeError as e:
+            check(f"{name}: the graph issues each bucket right after its kernel", False, f"{e}"[:1500] + "\n" + code)
+        check(f"{name}: three kernel calls in the backward", code.count(kernel) == 3,
+              "\n".join(ln.strip() for ln in code.splitlines() if kernel in ln))
+
+
+def scenario_lowered_inductor() -> None:
+    """The per-bucket epilogues through CPU Inductor (``lower_triton{opaque=1}``: the kernels
+    run as opaque calls of Triton's interpreter): in Inductor's code each bucket's kernel
+    runs after ``bucket_ready_``, which runs after the bucket's slot writes, and the bucket
+    is issued after its kernel; gradients bitwise those of the same compile without
+    lowering."""
+    from torch._inductor.utils import run_and_get_code
+    from torch.testing import FileCheck
+
+    torch.manual_seed(100 + rank())
+    model = nn.Sequential(nn.Linear(13, 29), nn.Tanh(), nn.Linear(29, 11), nn.Tanh(), nn.Linear(11, 5))
+    dsgraph.replicate(model)
+    mb = 0.0002  # buckets [w3] [b3 w2] [b2 w1] [b1], as in scenario_inductor
+    for compress in ("none", "bf16"):
+        name = f"inductor lowered {compress}"
+        plain, lowered = copy.deepcopy(model), copy.deepcopy(model)
+        dsgraph.replicate(plain)
+        dsgraph.replicate(lowered)
+        g_plain, _ = train(torch.compile(plain, backend="dsgraph", options={"data_parallel": True, "bucket_mb": mb,
+                                                                         "compress": compress}), plain, steps=2)
+        torch._dynamo.reset()
+        pipeline = f"lifetimes,grad_pool,allreduce{{bucket_mb={mb},compress={compress}}},lower_triton{{opaque=1}}"
+        fn = torch.compile(lowered, backend="dsgraph", options={"data_parallel": True, "pipeline": pipeline})
+        x = batch(0)
+        _, codes = run_and_get_code(lambda: loss_of(fn, x).backward())
+        lowered.zero_grad(set_to_none=True)
+        g_low, _ = train(fn, lowered, steps=2)
+        torch._dynamo.reset()
+        compare_steps(f"{name} vs without lowering", g_low, g_plain, bitwise=True)
+        code = next((c for c in codes if "all_reduce_" in c), "")
+        code = code[code.index("def call(self, args)"):] if "def call(self, args)" in code else code
+        kernel = "torch.ops.dsgraph_triton."
+        calls = [ln.strip() for ln in code.splitlines() if kernel in ln and ".default(dsgraph_bucket_" in ln]
+        check(f"{name}: one kernel per bucket", len(calls) == 4 and code.count("all_reduce_.default(") == 4,
+              "\n".join(ln.strip() for ln in code.splitlines() if kernel in ln or "all_reduce_" in ln))
+        writers = ["mm_into_.default(dsgraph_grad_0", "mm_into_.default(dsgraph_grad_2",
+                   "mm_into_.default(dsgraph_grad_4", "dsgraph_grad_5"]
+        try:
+            checker = FileCheck()
+            for k, writer in enumerate(writers):
+                checker.check(writer).check(f"bucket_ready_.default(dsgraph_bucket_{k}")
+                checker.check(kernel).check(f"(dsgraph_bucket_{k})").check("all_reduce_.default(")
+            checker.check("wait_tensor").run(code)
+            check(f"{name}: slot writes, bucket_ready_, kernel, issue in order", True)
+        except RuntimeError as e:
+            check(f"{name}: slot writes, bucket_ready_, kernel, issue in order", False, f"{e}"[:1500] + "\n" + code)
+
+
 def dump() -> None:
     Path(sys.argv[2]).write_text(json.dumps(CHECKS))
 

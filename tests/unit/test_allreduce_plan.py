@@ -242,6 +242,146 @@ def test_inflight_bound_covers_the_plan():
     assert allreduce.inflight_bytes(inputs, "none") == 0
 
 
+# -- the per-bucket epilogue (lower_triton) ------------------------------------------------------
+
+
+TAG = "dsgraph_pool_epilogue"
+
+
+def bucket_form(compress="none", world_size=4):
+    """The three-slot backward of test_rewrite_orders_writes_scale_issue_wait rewritten with
+    one epilogue per bucket."""
+    slots = make_slots([(4, 100), (7,), (4, 100)])
+    gm, named, mode = backward_like(slots, write_order=[0, 1, 2])
+    plan = allreduce.plan_buckets(gm, named, bucket_bytes=1000, first_bucket_bytes=1000, compress=compress,
+                                  world_size=world_size, epilogue="bucket")
+    allreduce.add_bucket_inputs(gm, plan, mode)
+    gm = allreduce.apply_buckets(gm, plan, "7", mode)
+    gm.recompile()
+    return gm, plan
+
+
+def test_bucket_epilogue_is_one_tagged_pass_over_each_bucket():
+    gm, plan = bucket_form()
+    assert [b.slots for b in plan.buckets] == [("dsgraph_grad_0",), ("dsgraph_grad_1", "dsgraph_grad_2")]
+    assert plan.lines()[0].endswith("epilogue per bucket")
+    (FileCheck()
+     .check("mm_into_.default(dsgraph_grad_0")
+     .check("bucket_ready_.default(dsgraph_bucket_0, [dsgraph_grad_0])")
+     .check("mul.Tensor(dsgraph_bucket_0, 0.25)").check("copy_.default(dsgraph_bucket_0, mul_tensor)")
+     .check("control_deps((dsgraph_grad_0, dsgraph_bucket_0), dsgraph_issue_0, dsgraph_bucket_0)")
+     .check("copy_.default(dsgraph_grad_1").check_not("control_deps")
+     .check("mm_into_.default(dsgraph_grad_2")
+     .check("bucket_ready_.default(dsgraph_bucket_1, [dsgraph_grad_1, dsgraph_grad_2])")
+     .check("mul.Tensor(dsgraph_bucket_1, 0.25)").check("copy_.default(dsgraph_bucket_1")
+     .check("control_deps((dsgraph_grad_1, dsgraph_grad_2, dsgraph_bucket_1), dsgraph_issue_1, dsgraph_bucket_1)")
+     .check("wait_tensor.default(dsgraph_issued_0)").check("wait_tensor.default(dsgraph_issued_1)")
+     .run(gm.code))
+    assert "mul_.Scalar" not in gm.code  # no per-slot scales
+    tagged = [n.name for n in gm.graph.nodes if n.meta.get(TAG)]
+    assert tagged == ["mul_tensor", "copy__default_1", "mul_tensor_1", "copy__default_2"]
+    assert "mul" not in gm.dsgraph_issue_1.code  # the collective alone in its subgraph
+
+
+def test_compressed_bucket_epilogue_casts_the_bucket_view():
+    gm, plan = bucket_form(compress="bf16", world_size=2)
+    (FileCheck()
+     .check("bucket_ready_.default(dsgraph_bucket_0, [dsgraph_grad_0])")
+     .check("mul.Tensor(dsgraph_bucket_0, 0.5)").check("convert_element_type.default(mul_tensor, torch.bfloat16)")
+     .check("all_reduce_.default(convert_element_type_default, 'sum', '7')")
+     .check("bucket_ready_.default(dsgraph_bucket_1, [dsgraph_grad_1, dsgraph_grad_2])")
+     .check("all_reduce_.default(convert_element_type_default_1, 'sum', '7')")
+     .check("wait_tensor").check("copy_.default(dsgraph_bucket_0, wait_tensor")
+     .run(gm.code))
+    assert "cat" not in gm.code and "full" not in gm.code  # no wire buffer assembled from the slots
+    assert [n.target for n in gm.graph.nodes if n.meta.get(TAG)] == [
+        torch.ops.aten.mul.Tensor, torch.ops.prims.convert_element_type.default] * 2
+    assert plan.inflight_bytes == sum(b.numel * 2 for b in plan.buckets)
+
+
+@pytest.mark.parametrize("compress", ["none", "bf16"])
+def test_tagged_lowering_takes_one_region_per_bucket(compress):
+    """The epilogue's nodes are one region each (the collective, the ordering op and the slot
+    writes are outside it); tagged selection takes exactly those."""
+    from dsgraph.lowering.regions import find_regions
+    from dsgraph.passes.lower_triton import plan_lowering
+
+    gm, plan = bucket_form(compress=compress)
+    tagged = [n for n in gm.graph.nodes if n.meta.get(TAG)]
+    lowering = plan_lowering(gm, "tagged")
+    assert [p.region.nodes for p in lowering.regions] == [tagged[:2], tagged[2:]]
+    for p, b in zip(lowering.regions, plan.buckets):
+        assert p.region.kind == "pointwise" and [n.name for n in p.binding.params] == [f"dsgraph_bucket_{b.index}"]
+        if compress == "none":
+            assert p.region.outputs == [] and [w.args[0].name for w in p.region.writes] == [f"dsgraph_bucket_{b.index}"]
+            assert p.bytes_moved == 2 * b.nbytes  # read and written once, in place
+        else:
+            assert [o.meta["val"].dtype for o in p.region.outputs] == [torch.bfloat16] and not p.region.writes
+            assert p.bytes_moved == b.nbytes + b.wire_bytes
+    # the slots' own accumulations (add + copy_) are regions too, left to Inductor
+    assert len(find_regions(gm)) == len(lowering.regions) + 1
+
+
+@pytest.fixture
+def triton_interpreter():
+    import triton
+
+    old = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = True
+    yield
+    triton.knobs.runtime.interpret = old
+
+
+@pytest.mark.parametrize("compress", ["none", "bf16"])
+def test_bucket_epilogue_kernel_is_bitwise_the_aten_ops(compress, triton_interpreter):
+    """The generated kernel against the ops it replaces, bitwise, for a scale that is not a
+    power of two (world size 3), values around bf16 rounding ties, subnormal, huge and
+    non-finite values."""
+    from dsgraph.lowering import kernels
+    from dsgraph.passes.lower_triton import plan_lowering
+
+    gm, plan = bucket_form(compress=compress, world_size=3)
+    g = torch.Generator().manual_seed(14)
+    for planned, b in zip(plan_lowering(gm, "tagged").regions, plan.buckets):
+        x = torch.randn(b.numel, generator=g) * torch.logspace(-40, 38, b.numel).float()
+        x[:7] = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 3.0, 2 ** -130, float("inf"), float("nan")])
+        want = x * (1.0 / 3)
+        want = want.to(torch.bfloat16) if compress == "bf16" else want
+        op = kernels.compile_kernel(planned.ir).op
+        if compress == "bf16":
+            got = op(x)
+        else:
+            got = x.clone()
+            op(got)
+        bits = torch.int16 if compress == "bf16" else torch.int32
+        nan = want.isnan()
+        assert got.dtype == want.dtype and torch.equal(got.isnan(), nan) and nan.any()
+        # every bit of every number; a NaN stays a NaN (the payload of the kernel's bf16 NaN is
+        # the canonical one, torch's conversion keeps others)
+        assert torch.equal(got[~nan].view(bits), want[~nan].view(bits))
+
+
+def test_the_pass_picks_the_bucket_form_only_where_lower_triton_takes_it(triton_interpreter):
+    from types import SimpleNamespace
+
+    from dsgraph.compile.pipeline import parse
+
+    gm, _ = bucket_form()
+
+    def lowers(pipeline: str, inductor: bool = False) -> bool:
+        ctx = SimpleNamespace(config=SimpleNamespace(pipeline=parse(pipeline),
+                                                     options=SimpleNamespace(inductor=inductor)))
+        return allreduce.lowers_pool_epilogues(ctx, gm)
+
+    assert lowers("grad_pool,allreduce,lower_triton")
+    assert lowers("grad_pool,allreduce,lower_triton{select=all}")
+    assert not lowers("grad_pool,allreduce")
+    assert not lowers("grad_pool,allreduce,lower_triton{select=recomputed}")  # takes no pool epilogue
+    assert not lowers("grad_pool,lower_triton,allreduce")  # lowering ran before the tags exist
+    assert not lowers("grad_pool,allreduce,lower_triton", inductor=True)  # refused: CPU Inductor
+    assert lowers("grad_pool,allreduce,lower_triton{opaque=1}", inductor=True)
+
+
 # -- options, pipeline, safety -------------------------------------------------------------------
 
 
