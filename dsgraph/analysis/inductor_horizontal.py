@@ -16,9 +16,13 @@ Followed from ``Scheduler.fuse_nodes`` (torch 2.11 to 2.13, ``scheduler.py``,
   ``cpp.max_horizontal_fusion_size``), the fusion cannot raise the peak by keeping apart
   two single-use inputs the wrapper could have reused (``can_fusion_increase_peak_memory``),
   and the loops agree: on a CPU (``CppScheduling._why_fuse_nodes``) two pointwise kernels
-  over as many elements, two reductions of the same shape, or a pointwise kernel before a
-  reduction over its elements, never a reduction before a pointwise kernel; elsewhere the
-  same loop;
+  over the same loop sizes, two reductions of the same shape, or a pointwise kernel before
+  a reduction over its elements, never a reduction before a pointwise kernel; elsewhere the
+  same loop. A kernel's loop runs in the memory order of the buffer it writes
+  (``simplify_and_reorder``, ``inductor_ops.loop_shape``), not in the order of its FX
+  sizes: Llama's rotated q as the attention backward reads it, (batch, heads, positions,
+  head size) with the heads inside the positions, iterates as a contiguous (batch,
+  positions, heads, head size) does;
 - the original order counts every scheduler node: a multi-output extern kernel is one node
   and one ``MultiOutput`` node per tensor it returns, a CPU concatenation one
   ``ConcatKernel`` node and one node per input (writing it into its slice); that node is
@@ -128,9 +132,12 @@ def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int]
         if g1.red is None and g2.red is None:
             # the same loop (SAME_VARS_REDUCE), or as many elements in one dimension
             # against the same sizes (COMPATIBLE_RANGES_NO_REDUCTION: ``ranges1 ==
-            # ranges2``): both need the sizes of the two kernels to agree. A rotated q
-            # (batch, heads, positions, head size) and a k repeated for grouped attention
-            # (batch, kv heads, repeats, positions, head size) do not fuse; two layers' ks do
+            # ranges2``): both need the loop sizes of the two kernels to agree, in the
+            # order of the strides each writes. A k repeated for grouped attention (batch,
+            # kv heads, repeats, positions, head size) and a rotated q laid out for the
+            # attention (loop: batch, positions, heads, head size) do not fuse; two
+            # layers' ks do, and that q with a contiguous (batch, positions, heads, head
+            # size) (issue 12: Llama's smallest plan)
             return g1.numel == g2.numel and g1.shape == g2.shape
         if g1.red is not None and g2.red is not None:
             return g1.red == g2.red

@@ -95,6 +95,9 @@ class Buffer:
     planned_bytes: int = 0  # its bytes before fusion made it kernel-local
     kernel: int = -1  # the kernel that writes it
     self_allocated: bool = False  # made by a fallback kernel, not by the wrapper (``OpInfo.self_allocating``)
+    # a fallback kernel's output Inductor assumes unaligned (one of the kernel's inputs is:
+    # on a CPU every graph input is): the wrapper's pool never hands it to an allocation
+    unaligned: bool = False
 
 
 @dataclass
@@ -368,8 +371,19 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         else:
             state[i] = ("none",)
         if op.self_allocating:
+            # ``FallbackKernel.create``: its outputs are unaligned when an input is
+            # (``has_unaligned_input``); ``GraphLowering.placeholder`` marks every graph input
+            # unaligned off the GPU (``should_assume_input_aligned``), and a fallback's
+            # unaligned output makes the next fallback reading it unaligned (a kernel writing
+            # in place into one is too, ``make_inplace``: the block keeps its root's flag).
+            # The pool's key holds the alignment (``buffer_reuse_key``) and what the wrapper
+            # allocates is aligned, so such an output is never reused: on a CPU Llama's
+            # attention backward reading a saved output keeps its gradients out of the pool
+            # (its halfway plan, issue 12)
+            unaligned = any((buffers[b].input and rules.cpu) or buffers[b].unaligned for b, _ in loaded)
             for b in buffers[first:]:
                 b.self_allocated = True
+                b.unaligned = unaligned
 
     for i in g.order:
         lower(i)

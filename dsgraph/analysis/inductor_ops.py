@@ -137,13 +137,31 @@ class OpInfo:
     # op allocates its outputs itself (``should_allocate`` is False), so the wrapper's pool
     # never hands it a freed buffer, though what it returns goes to the pool when freed
     self_allocating: bool = False
-    # the sizes of its (largest) output, dimensions of one element left out: the loop a
-    # pointwise kernel runs over, which the CPU scheduler's horizontal fusion compares
+    # the sizes of its (largest) output in the order of its strides, dimensions of one
+    # element left out: the loop a pointwise kernel runs over, which the CPU scheduler's
+    # horizontal fusion compares (``loop_shape``)
     shape: tuple = ()
 
     @property
     def bytes(self) -> int:
         return self.nbytes[0] if self.nbytes else 0
+
+
+def loop_shape(t: torch.Tensor) -> tuple:
+    """The loop a pointwise kernel writing ``t`` runs over, outermost first: its sizes in
+    the order of its strides, largest first, size-1 dimensions left out.
+
+    Inductor's ``ComputedBuffer.simplify_and_reorder`` orders a kernel's loop by the strides
+    its store and loads see (``pick_loop_order``); the buffer keeps the FX strides when a
+    reader constrains them (the attention's ``sdpa_constraint``, a matmul's fixed layout, a
+    graph output), and a pointwise node's FX strides follow its inputs' as its loads do. So
+    a (batch, heads, positions, head size) tensor stored heads inside positions iterates
+    (batch, positions, heads, head size), and fuses horizontally on a CPU with a contiguous
+    tensor of those sizes, not with a contiguous one of its own sizes (issue 12)."""
+    sizes = [int(compat.size_hint(s)) for s in t.shape]
+    strides = [int(compat.size_hint(s)) for s in t.stride()]
+    order = sorted(range(len(sizes)), key=lambda d: -strides[d])
+    return tuple(sizes[d] for d in order if sizes[d] != 1)
 
 
 def classify(node: Node, rules: Rules) -> OpInfo:
@@ -163,7 +181,7 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     info.dims = vals[0][1].dim() if vals else 0
     largest = max((t for _, t in vals), key=numel, default=None)
     if largest is not None:
-        info.shape = tuple(size for size in (compat.size_hint(s) for s in largest.shape) if size != 1)
+        info.shape = loop_shape(largest)
     if info.kind == REDUCTION:
         info.loop = max([numel(a.meta["val"]) for a in node.all_input_nodes
                          if isinstance(a.meta.get("val"), torch.Tensor)] + [info.loop])

@@ -106,7 +106,9 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     within the graph's peak, or if it was freed by the step just before. The two are then
     one block, from the first allocation to the last use of the last holder. Only what the
     wrapper allocates takes a freed buffer: a fallback kernel's outputs (the attention ops,
-    dsgraph's chunked loss) are allocated by the op, though they join the pool when freed."""
+    dsgraph's chunked loss) are allocated by the op, though they join the pool when freed,
+    unless Inductor assumes them unaligned (``Buffer.unaligned``: the pool's key holds the
+    alignment, and every buffer the wrapper allocates is aligned)."""
     buffers = run.buffers
     steps = len(run.kernels)
     if steps == 0:
@@ -165,6 +167,8 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
             b = buffers[k]
             if b.nbytes == 0 or b.output or max(b.end, b.start) != step:
                 continue  # taken over by another buffer, or its block now ends elsewhere
+            if b.unaligned:
+                continue  # its key says unaligned: no allocation of the wrapper's takes it
             pool.setdefault((b.nbytes, b.dtype), []).append((k, step))
     if moved:
         for node, out in list(run.output_buffers.items()):

@@ -11,16 +11,8 @@ from tests import zoo
 from tests.e2e.test_checkpoint_zoo import NAMES, _requires, captured, smallest, stock_peak
 
 
-# Llama's smallest plan is predicted more than 3% low (the residue in the docstring below): a
-# known failure, recorded as one so the suite stays a true account; strict, so a fix that
-# closes it has to remove this mark
-_KNOWN_GAP = pytest.mark.xfail(strict=True, reason="llama smallest plan -3.16% below Inductor's plan "
-                               "(session 9): Inductor keeps the SwiGLU backward's sigmoid as a buffer "
-                               "(see docstring)")
-
-
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_KNOWN_GAP) if n == "llama" else n for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_inductor_predictions_against_inductors_own_plans(name, tmp_path, monkeypatch):
     """Stock, the smallest plan and a plan halfway, each compiled through Inductor (plans
     read after code generation, ``compat.inductor_codegen_only``): the predicted peak
@@ -33,15 +25,17 @@ def test_inductor_predictions_against_inductors_own_plans(name, tmp_path, monkey
     low: the forward returns channels-last copies of the saved input batch and convolution
     weights (``dsgraph.analysis.inductor_layout``).
 
-    Known residue (a strict xfail): Llama's smallest plan, -3.16% after both session-9
-    branches merged (-1.38% on the horizontal-fusion branch alone, where the emulation
-    also held a backward ``cat_1`` of 85760 B that Inductor does not: two errors that
-    partly cancelled). At Inductor's peak (the recomputed layer's SDPA backward,
-    ``python -m benchmarks.planner_gap llama --plan smallest``) Inductor holds the SwiGLU
-    backward's ``sigmoid`` (229140 B, live from step 117 to 172) as a buffer, which the
-    emulation keeps inside the fused kernel that is its only reader (outer-loop fusion over
-    loops the emulation does not see); the emulation holds a forward ``mm`` (85760 B) that
-    Inductor has freed there."""
+    Llama's smallest plan was then -3.16% (issue 12), a strict xfail until session 10:
+    the CPU scheduler's horizontal fusion compares loops in the order of the buffer each
+    kernel writes (``CppScheduling._why_fuse_nodes`` after ``simplify_and_reorder``), not
+    the FX sizes (``inductor_ops.loop_shape``). The recomputed layer's rotated q, laid out
+    as the attention backward wants it, iterates (batch, positions, heads, head size), so
+    Inductor fuses it with the rotary backward of the later layer's q gradient, after
+    that layer's attention backward; fused with the later layer's rotated q instead, the
+    emulation ran the recomputation before that attention backward, and the wrapper's peak estimate between the
+    SwiGLU buffers' free and their reuse (``AllocateLine.should_reuse_buffer``) was high
+    enough to refuse a pooled 229,140 B buffer that Inductor reuses (held from step 117 to
+    172: ``python -m benchmarks.planner_gap llama --plan smallest``)."""
     _requires(name)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     j = captured(name)
