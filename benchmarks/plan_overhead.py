@@ -2,7 +2,9 @@
 time broken down per recomputed item, on CPU, for the H200 (issue 12; docs/BENCHMARKS.md,
 session 10).
 
-    python -m benchmarks.plan_overhead --budget 2.94GiB --chunks auto,4 --json out.json
+    python -m benchmarks.plan_overhead --budget 2.94GiB --chunks auto,14 --json out.json
+    python -m benchmarks.plan_overhead --budget 2.94GiB --rates measured    # planned with H200_MEASURED
+    python -m benchmarks.plan_overhead --budget 2.94GiB --hand              # hand-built plans, same pricing
 
 The joint graph is captured on the CPU at full size (``truth.capture_joint``: one step runs
 as FX code, about 2 minutes and 8 GiB here) and planned as the session plans it on the H200
@@ -235,6 +237,91 @@ def _candidates(j, budget, library, held, costs, measured, plan_rates=None) -> l
     return sorted(seen, key=lambda c: c["peak"])
 
 
+def hand_plans(budget: int, chunks: int | None) -> dict:
+    """Plans built by hand on the planner's own intervals and evaluated exactly as the
+    planner evaluates its candidates: ``pairs`` tiles the forward into one segment then
+    intervals of two (about one transformer block each) and gives each a policy: ``keep``,
+    ``cheap``, ``recompute``, or ``attn`` (not a planner policy: recompute the interval but
+    save the attention outputs the stock partition saves there). Printed and returned with
+    the exact peak and the recomputation priced by the planner's rates and H200_MEASURED."""
+    from dsgraph import compat
+    from dsgraph.analysis import cost_model
+    from dsgraph.analysis.cost_model import CostModel, recompute_rates
+    from dsgraph.analysis.lifetimes import is_view
+    from dsgraph.analysis.step_model import StepModel
+    from dsgraph.recompute import planner as planner_mod
+    from dsgraph.recompute.cuts import candidate_cuts
+    from dsgraph.recompute.joint import JointGraph
+    from dsgraph.recompute.model import PlanEvaluator
+    from dsgraph.recompute.options import Intervals, Option, is_expensive
+    from dsgraph.recompute.partition import closure
+
+    j, count, _ = capture(budget, chunks)
+    out = {"budget": budget, "chunks": count, "plans": []}
+    with cuda_planning():
+        gm = j.gm
+        static = list(j.kwargs.get("static_lifetime_input_indices") or [])
+        joint = JointGraph.build(gm, j.kwargs["num_fwd_outputs"], static)
+        model = StepModel(gm, j.kwargs["num_fwd_outputs"], static,
+                          external=planner_mod.external_bytes(joint) + blas_bytes())
+        names, _ = compat.min_cut_partition_if(gm, j.joint_inputs, lambda n: False, **j.kwargs)
+        stock = {n for n in joint.forward if n.name in set(names)}
+        held = planner_mod._held(joint, model)
+        measured = CostModel(gm, cost_model.H200_MEASURED)
+        planned = CostModel(gm, recompute_rates("cuda", False))
+        cuts = candidate_cuts(joint)
+        intervals = Intervals(joint, cuts, stock, planned, held, fused=True, max_len=planner_mod.MAX_SPAN)
+        evaluator = PlanEvaluator(joint, model, intervals, "inductor")
+        m = intervals.segments
+
+        def attention_output(n) -> bool:
+            for _ in range(16):
+                if n.op == "call_function" and "attention" in str(n.target):
+                    return True
+                if n.op != "call_function" or not n.all_input_nodes or not (is_view(n) or "getitem" in str(n.target)):
+                    return False
+                n = n.all_input_nodes[0]
+            return False
+
+        def option(policy, a, b):
+            if policy != "attn":
+                return intervals.option(policy, a, b)
+            inside = intervals.nodes(a, b)
+            inner = [n for n in inside if n in stock and is_expensive(n) and attention_output(n)]
+            o = Option("attn", a, b, inner)
+            ends = set(cuts[a].crossing) | set(cuts[b].crossing)
+            local = closure(joint, set(inner) | ends | (set(joint.forward) - set(inside)))
+            o.recomputed = [n for n in local.recomputed if n in set(inside)]
+            return o
+
+        def pairs(policy_of):
+            spec = [("cheap" if policy_of(-1) == "attn" else policy_of(-1), 0, 1)]
+            k, i = 1, 0
+            while k < m:
+                spec.append((policy_of(i), k, min(k + 2, m)))
+                k, i = min(k + 2, m), i + 1
+            return spec
+
+        def run(name, spec):
+            result = evaluator.evaluate([option(*s) for s in spec], name)
+            recomputed = closure(joint, result.saved).recomputed
+            it = items(recomputed)
+            row = {"name": name, "peak": result.peak.peak, "fits": result.peak.peak <= budget,
+                   "planner_ms": planned.fused_seconds(recomputed, held) * 1e3,
+                   "measured_ms": measured.fused_seconds(recomputed, held) * 1e3,
+                   "gemms": it["gemm_count"], "attention": it["attention"], "spec": spec}
+            print(f"{name:36s} {row['peak'] / GiB:6.3f} GiB fits={row['fits']!s:5s} planner {row['planner_ms']:6.3f} "
+                  f"measured {row['measured_ms']:6.3f} ms; GEMMs {row['gemms']}, attention {row['attention']}", flush=True)
+            out["plans"].append(row)
+
+        run("keep", pairs(lambda i: "keep"))
+        run("cheap", pairs(lambda i: "cheap"))
+        for r in range(4, 10):
+            for policy in ("recompute", "attn"):
+                run(f"{policy} x{r} then cheap", pairs(lambda i, r=r, p=policy: p if 0 <= i < r else "cheap"))
+    return out
+
+
 def main(argv=None) -> None:
     from dsgraph.units import parse_bytes
 
@@ -243,9 +330,16 @@ def main(argv=None) -> None:
     p.add_argument("--chunks", default="auto", help="comma-separated chunk counts ('auto': the pass's own)")
     p.add_argument("--rates", default="planner", choices=["planner", "measured"],
                    help="what the planner prices recomputation with: its own CUDA rates or H200_MEASURED")
+    p.add_argument("--hand", action="store_true", help="hand-built plans (hand_plans) instead of the planner's")
     p.add_argument("--json")
     args = p.parse_args(argv)
     budget = parse_bytes(args.budget, "--budget")
+    if args.hand:
+        out = [hand_plans(budget, None if raw == "auto" else int(raw)) for raw in args.chunks.split(",")]
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1, default=str)
+        return
     out = []
     for raw in args.chunks.split(","):
         chunks = None if raw == "auto" else int(raw)
