@@ -9,7 +9,7 @@
 4. ``measure_terms``: the peak model's terms, from exact evaluations of uniform plans.
 5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans.
 6. Candidates, fixed before the budget is looked at: every uniform plan evaluated in 4,
-   the cheapest uniform ``cheap`` plan with its first r intervals recomputed for every r
+   a uniform ``cheap`` plan with its first r intervals recomputed for every r
    (``_prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
    frontier (the smallest ones always), each evaluated exactly. The plan is the fastest candidate whose exact
    peak plus ``margin`` fits the budget.
@@ -321,22 +321,33 @@ def _candidate(result: Evaluated, joint: JointGraph, costs: CostModel, held: set
 
 def _prefix_mixes(evaluator: PlanEvaluator, intervals: Intervals, candidates: list[Candidate],
                   uniform: list[Evaluated]) -> list[Evaluated]:
-    """Plans mixing the two non-keep policies on one tiling: the uniform ``cheap`` plan that
-    drops the most bytes per second of recomputation against the stock plan (its lengths and
-    offset) with its first ``r`` intervals recomputed instead, for every ``r``. The composed peak model misses these (GPT-2-small at 16 x 1024, 2.94 GiB:
-    five recomputed blocks with every other block cheap fit and cost 0.35 ms less by the
-    planner's own rates than the frontier's best fit, docs/BENCHMARKS.md session 10). The
-    first intervals' saved values live longest, so recomputing them first lowers every peak
-    after them. One exact evaluation per interval of the tiling; independent of the budget."""
-    stock = next((c for c, r in zip(candidates, uniform) if all(o.policy == "keep" for o in r.plan)), None)
-    if stock is None:
+    """Plans between a uniform ``cheap`` plan and the uniform ``recompute`` plan of the same
+    tiling: the ``cheap`` plan with its first ``r`` intervals recomputed, for every ``r``. The
+    tiling is the one on which going from ``cheap`` to ``recompute`` buys bytes at the least
+    recomputation time per byte (exact peaks and prices of the two uniform plans). The
+    composed peak model misses these plans (GPT-2-small at 16 x 1024, 2.94 GiB: five
+    recomputed blocks with every other block cheap dominate the frontier point chosen before,
+    docs/BENCHMARKS.md session 10). The first intervals' saved values live longest, so they
+    are recomputed first. One exact evaluation per interval of the tiling; independent of
+    the budget."""
+    def spans(result: Evaluated) -> tuple:
+        return tuple((o.start, o.stop) for o in result.plan)
+
+    def uniform_of(policy: str) -> dict:
+        return {spans(r): (c, r) for c, r in zip(candidates, uniform)
+                if any(o.policy == policy for o in r.plan) and all(o.policy in (policy, "keep") for o in r.plan)}
+
+    cheap, recompute = uniform_of("cheap"), uniform_of("recompute")
+    slopes = []
+    for tiling, (c, r) in cheap.items():
+        if tiling not in recompute:
+            continue
+        full, _ = recompute[tiling]
+        if full.peak < c.peak:
+            slopes.append(((full.seconds - c.seconds) / (c.peak - full.peak), c.name, r))
+    if not slopes:
         return []
-    # the tiling on which ``cheap`` buys the most bytes per second of recomputation
-    cheap = [((stock.peak - c.peak) / (c.seconds - stock.seconds), c.name, r) for c, r in zip(candidates, uniform)
-             if any(o.policy == "cheap" for o in r.plan) and c.peak < stock.peak and c.seconds > stock.seconds]
-    if not cheap:
-        return []
-    _, _, base = max(cheap, key=lambda t: (t[0], t[1]))
+    _, _, base = min(slopes, key=lambda t: (t[0], t[1]))
     mixable = [i for i, o in enumerate(base.plan) if o.policy == "cheap"]
     out = []
     for r in range(1, len(mixable)):
