@@ -8,7 +8,7 @@
 set -x
 export PYTHONUNBUFFERED=1
 python -m pip install -q --no-build-isolation --no-deps -e . > $OUT/pip.log 2>&1
-timeout 228 python -m benchmarks.run --workloads gpt2 --regimes none --steps 8 --timeout 60 \
+timeout 232 python -m benchmarks.run --workloads gpt2 --regimes none --steps 8 --timeout 75 \
   --configs inductor \
   "dsgraph:memory_budget=2.94GiB;pipeline=chunk_loss,lifetimes,checkpoint{budget=2.94GiB,mixes=0}" \
   "dsgraph:memory_budget=2.94GiB" \
