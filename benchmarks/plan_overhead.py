@@ -164,7 +164,8 @@ def analyse(budget: int, chunks: int | None, rates_name: str = "planner") -> dic
     capture_s = time.perf_counter() - t0
     library = blas_bytes()
     plan_rates = None if rates_name == "planner" else cost_model.H200_MEASURED
-    record = {"rates": rates_name, "budget": budget, "chunks": count, "chunk_tokens": chunk_tokens, "capture_s": round(capture_s, 1),
+    record = {"rates": rates_name, "budget": budget, "chunks": count, "chunk_tokens": chunk_tokens,
+              "capture_s": round(capture_s, 1),
               "blas_bytes": library}
     with cuda_planning():
         t0 = time.perf_counter()
@@ -311,7 +312,8 @@ def hand_plans(budget: int, chunks: int | None) -> dict:
                    "measured_ms": measured.fused_seconds(recomputed, held) * 1e3,
                    "gemms": it["gemm_count"], "attention": it["attention"], "spec": spec}
             print(f"{name:36s} {row['peak'] / GiB:6.3f} GiB fits={row['fits']!s:5s} planner {row['planner_ms']:6.3f} "
-                  f"measured {row['measured_ms']:6.3f} ms; GEMMs {row['gemms']}, attention {row['attention']}", flush=True)
+                  f"measured {row['measured_ms']:6.3f} ms; GEMMs {row['gemms']}, attention {row['attention']}",
+                  flush=True)
             out["plans"].append(row)
 
         run("keep", pairs(lambda i: "keep"))

@@ -11,8 +11,8 @@
 6. Candidates, fixed before the budget is looked at: every uniform plan evaluated in 4,
    a uniform ``cheap`` plan with its first r intervals recomputed for every r
    (``_prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
-   frontier (the smallest ones always), each evaluated exactly. The plan is the fastest candidate whose exact
-   peak plus ``margin`` fits the budget.
+   frontier (the smallest ones always), each evaluated exactly. The plan is the fastest
+   candidate whose exact peak plus ``margin`` fits the budget.
 
 Monotone: the candidates and their exact peaks do not depend on the budget, and the
 choice is the fastest candidate that fits, so a smaller budget never gets a larger
