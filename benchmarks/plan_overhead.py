@@ -129,8 +129,6 @@ def items(nodes) -> dict:
 def priced(nodes, held, costs, measured) -> dict:
     """A recomputation's seconds by the planner's rates (fused as Inductor runs it) and by
     ``measured`` (``H200_MEASURED``), split by kind."""
-    from dsgraph.analysis.cost_model import CostModel
-
     out = {}
     for label, model in (("planner", costs), ("measured", measured)):
         total = model.fused_seconds(nodes, held)
@@ -156,7 +154,6 @@ def analyse(budget: int, chunks: int | None, rates_name: str = "planner") -> dic
     from dsgraph.analysis.step_model import StepModel
     from dsgraph.errors import BudgetError
     from dsgraph.recompute.joint import JointGraph
-    from dsgraph.recompute.partition import closure
     from dsgraph.recompute import planner as planner_mod
 
     t0 = time.perf_counter()
