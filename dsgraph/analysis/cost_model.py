@@ -16,6 +16,13 @@ the copy bandwidth: about a third, the default); ``compute_efficiency`` the frac
 matmul rate reached; ``launch_s`` a fixed cost per kernel. ``DeviceRates.calibrate`` fits
 the two efficiencies to measured kernels (``KernelSample``: bytes, FLOPs, dtype, seconds,
 from ``benchmarks/profile_step.py``), ``DeviceRates.from_json`` reads them from a file.
+
+``H200_MEASURED`` (``checkpoint{rates=profile}``) is fitted to what recomputation took in the
+H200's profile of a budgeted GPT-2 step, item by item: GEMMs and attention at the FLOP rates
+their kernels reached, their reads and writes inside that time (``flop_op_bytes=False``:
+the default rates charge them again at the generated kernels' bandwidth, 1.7x what the
+GEMMs took), attention with its own efficiency, the memory-bound chains at what they took
+beyond the stock partition's own recomputation (docs/BENCHMARKS.md, session 10).
 """
 
 from __future__ import annotations
@@ -51,9 +58,22 @@ class DeviceRates:
     memory_efficiency: float = 1.0  # fraction of ``bytes_per_s`` generated kernels reach
     compute_efficiency: float = 1.0  # fraction of the matmul rate reached
     launch_s: float = 0.0  # fixed cost per kernel
+    # fraction of the matmul rate attention kernels reach on torch's FLOP count (None: as
+    # matmuls, ``compute_efficiency``)
+    attention_efficiency: float | None = None
+    # whether the fused model charges bytes, at ``memory_rate``, for what an op with FLOPs
+    # (a GEMM, attention) reads and writes; False when its efficiency was fitted to the
+    # whole kernel's time, which holds its memory traffic
+    flop_op_bytes: bool = True
 
     def flop_rate(self, dtype: torch.dtype) -> float:
         return self.flops_per_s.get(dtype, self.flops_per_s[torch.float32]) * self.compute_efficiency
+
+    def node_flop_rate(self, node: Node, dtype: torch.dtype) -> float:
+        """``flop_rate`` for ``node``: attention ops at ``attention_efficiency`` when set."""
+        if self.attention_efficiency is not None and is_attention(node):
+            return self.flops_per_s.get(dtype, self.flops_per_s[torch.float32]) * self.attention_efficiency
+        return self.flop_rate(dtype)
 
     @property
     def memory_rate(self) -> float:
@@ -90,7 +110,8 @@ class DeviceRates:
         flops = dict(base.flops_per_s)
         for name, rate in raw.pop("flops_per_s", {}).items():
             flops[getattr(torch, name)] = float(rate)
-        return DeviceRates(flops_per_s=flops, **{k: float(v) for k, v in raw.items()})
+        flags = {k: bool(raw.pop(k)) for k in ("flop_op_bytes",) if k in raw}
+        return DeviceRates(flops_per_s=flops, **flags, **{k: float(v) for k, v in raw.items()})
 
 
 H200 = DeviceRates()
@@ -108,15 +129,70 @@ LOWERED_KERNELS_H200 = (
 )
 H200_LOWERED = H200.calibrate(list(LOWERED_KERNELS_H200))
 
+# What recomputation measured on the H200, kernel by kernel: session 9's profile of GPT-2-small
+# (16 x 1024, bf16 autocast) under ``memory_budget="2.94GiB"`` against Inductor in the same
+# process (docs/results/2026-12-02-h200-s9-profile-294.json; docs/BENCHMARKS.md, session 10).
+# The plan recomputes 24 GEMMs and 7 attention forwards (the planner's plan at that budget,
+# rebuilt on the CPU by ``benchmarks.plan_overhead``: the same counts as the launches the
+# profile adds), and memory-bound chains that the fused model charges 3,217,606,656 bytes,
+# of which 1,563,697,152 are what the stock partition recomputes too (in Inductor's time).
+# Device time the plan adds over Inductor, per item:
+# - GEMMs: the two forward addmm kernel families (``nvjet_..._bias_TNT`` 36 -> 53 launches,
+#   2.934 -> 4.123 ms; ``..._bias_TNN`` 12 -> 19, 1.066 -> 1.690 ms): 24 launches, 1.813 ms,
+#   for 7 x (16384 x 2304 x 768) + 9 x (16384 x 768 x 768) + 8 x (16384 x 3072 x 768) FLOPs;
+# - attention: cuDNN's forward kernel, 12 -> 19 launches, 1.009 -> 1.593 ms, for 7 forwards
+#   of (16, 12, 1024, 64) (torch's FLOP formula: the full, not the causal, square);
+# - memory-bound chains: Inductor's Triton kernels other than the loss's, 7.104 ms listed for
+#   Inductor (every kernel), 7.145 ms for the plan's 60 listed kernels with 0.438 ms in
+#   kernels below the listing: at most 0.479 ms for the 1,653,909,504 bytes the plan adds
+#   (an upper bound of the time, so a lower bound of the rate: 0.80 of the copy bandwidth,
+#   where the generated kernels' default is a third; Inductor fuses most recomputed chains
+#   into the backward kernels that read their inputs anyway).
+# GEMM and attention times are whole kernels (their reads and writes included), so their
+# bytes are not charged again (``flop_op_bytes``). No launch cost is fitted: wall time is
+# about 3 ms above device time for Inductor and for every plan alike (session 9).
+PROFILE_294_GEMMS = ((16384, 2304, 768, 7), (16384, 768, 768, 9), (16384, 3072, 768, 8))  # (M, N, K, count)
+PROFILE_294_GEMM_S = ((4.123 - 2.934) + (1.690 - 1.066)) * 1e-3
+PROFILE_294_ATTENTION = ((16, 12, 1024, 64, 7),)  # (batch, heads, length, head dim, count)
+PROFILE_294_ATTENTION_S = (1.593 - 1.009) * 1e-3
+PROFILE_294_MEMORY_BYTES = 3_217_606_656 - 1_563_697_152
+PROFILE_294_MEMORY_S = ((7.145 + 0.438) - 7.104) * 1e-3
 
-def recompute_rates(device_type: str, lowered: bool) -> DeviceRates:
+
+def _profile_294_rates() -> DeviceRates:
+    bf16 = H200.flops_per_s[torch.bfloat16]
+    gemm_flops = sum(2 * m * n * k * c for m, n, k, c in PROFILE_294_GEMMS)
+    # torch.utils.flop_counter's SDPA forward formula: two (L x L x d) products per head
+    attention_flops = sum(4 * b * h * l * l * d * c for b, h, l, d, c in PROFILE_294_ATTENTION)
+    return DeviceRates(
+        compute_efficiency=gemm_flops / bf16 / PROFILE_294_GEMM_S,
+        attention_efficiency=attention_flops / bf16 / PROFILE_294_ATTENTION_S,
+        memory_efficiency=PROFILE_294_MEMORY_BYTES / H200.bytes_per_s / PROFILE_294_MEMORY_S,
+        flop_op_bytes=False)
+
+
+H200_MEASURED = _profile_294_rates()
+
+
+# what the checkpoint pass's ``rates`` argument accepts: ``bandwidth`` (the default: generated
+# kernels at a third of the copy bandwidth, GEMMs and attention at the matmul rate plus their
+# bytes) or ``profile`` (``H200_MEASURED``)
+RATES = ("bandwidth", "profile")
+
+
+def recompute_rates(device_type: str, lowered: bool, source: str = "bandwidth") -> DeviceRates:
     """What recomputation is priced with: on a GPU, the bandwidth Inductor's generated
     kernels reach (a third of the copy bandwidth), or dsgraph's lowered kernels' when
-    ``lower_triton`` will run the recomputed chains through Inductor; elsewhere the
-    uncalibrated rates (the CPU's own are not modelled: plans stay comparable)."""
+    ``lower_triton`` will run the recomputed chains through Inductor, or with ``source``
+    ``"profile"`` (and no lowering) ``H200_MEASURED``; elsewhere the uncalibrated rates
+    (the CPU's own are not modelled: plans stay comparable)."""
+    if source not in RATES:
+        raise ValueError(f"rates must be one of {list(RATES)}, got {source!r}")
     if device_type != "cuda":
         return H200
-    return H200_LOWERED if lowered else H200_CALIBRATED
+    if lowered:
+        return H200_LOWERED
+    return H200_MEASURED if source == "profile" else H200_CALIBRATED
 
 
 @dataclass(frozen=True)
@@ -124,6 +200,14 @@ class NodeCost:
     flops: int
     bytes: int
     seconds: float
+
+
+def is_attention(node: Node) -> bool:
+    """A fused attention op (``scaled_dot_product_*attention*``, CPU or CUDA, forward or
+    backward)."""
+    if node.op != "call_function" or not compat.is_op(node.target):
+        return False
+    return "attention" in node.target.overloadpacket.__name__
 
 
 def _val(x: Any) -> Any:
@@ -182,7 +266,8 @@ class CostModel(Analysis):
             moved = node_bytes_moved(node)
             vals = tensor_values(node.meta.get("val"))
             dtype = vals[0][1].dtype if vals else torch.float32
-            seconds = flops / rates.flop_rate(dtype) + moved / rates.memory_rate
+            charged = moved if (rates.flop_op_bytes or not flops) else 0
+            seconds = flops / rates.node_flop_rate(node, dtype) + charged / rates.memory_rate
             if moved or flops:
                 seconds += rates.launch_s
             self.costs[node] = NodeCost(flops, moved, seconds)
@@ -201,9 +286,13 @@ class CostModel(Analysis):
         from its ``held`` members (materialized: matmul outputs, reductions, what matmuls
         read), and what its held members write. Inlined pointwise values cost no bytes."""
         group = set(nodes)
-        flop_seconds = sum(self.costs[n].flops / self.rates.flop_rate(_dtype(n)) for n in group)
-        reads = {a for n in group for a in n.all_input_nodes if a not in group or a in held}
-        writes = {n for n in group if n in held}
+        flop_seconds = sum(self.costs[n].flops / self.rates.node_flop_rate(n, _dtype(n)) for n in group)
+        # with ``flop_op_bytes`` off, an op with FLOPs is its own kernel whose time holds its
+        # reads and writes; the bytes are those of the memory-bound members only
+        flop_ops = set() if self.rates.flop_op_bytes else {n for n in group if self.costs[n].flops}
+        memory = group - flop_ops
+        reads = {a for n in memory for a in n.all_input_nodes if a not in group or a in held}
+        writes = {n for n in memory if n in held}
         moved = sum(tensor_bytes(t) for a in reads | writes for _, t in tensor_values(a.meta.get("val")))
-        kernels = len(writes) + (1 if group - writes else 0)
+        kernels = len(writes) + (1 if memory - writes else 0) + len(flop_ops)
         return flop_seconds + moved / self.rates.memory_rate + kernels * self.rates.launch_s

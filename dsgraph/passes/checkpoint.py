@@ -25,6 +25,7 @@ from __future__ import annotations
 import warnings
 
 from dsgraph import compat
+from dsgraph.analysis.cost_model import RATES
 from dsgraph.analysis.lifetimes import bytes_of
 from dsgraph.analysis.library_memory import blas_workspace_bytes
 from dsgraph.analysis.step import inductor_timeline, inputs_external
@@ -45,11 +46,24 @@ def _budget(raw: str) -> int:
     return parse_bytes(raw, "checkpoint{budget=...}")
 
 
+def _rates(raw: str) -> str:
+    if raw not in RATES:
+        raise ValueError(f"checkpoint{{rates=...}} must be one of {list(RATES)}, got {raw!r}")
+    return raw
+
+
+def _mixes(raw: str) -> bool:
+    if raw not in ("0", "1"):
+        raise ValueError(f"checkpoint{{mixes=...}} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
 SPEC = PassSpec(
     name="checkpoint",
     stages=("joint",),
-    args={"budget": _budget},
-    doc="activation checkpointing under a memory budget in bytes",
+    args={"budget": _budget, "rates": _rates, "mixes": _mixes},
+    doc="activation checkpointing under a memory budget in bytes; rates=bandwidth|profile prices recomputation; "
+        "mixes=0 leaves out the recompute-then-cheap candidates",
 )
 
 
@@ -163,7 +177,9 @@ def run(gm, ctx: PassContext) -> PassResult:
         plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight + library,
                                margin=ctx.carry or 0, executor=ctx.config.executor,
                                lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"),
-                                                            ctx.config.executor))
+                                                            ctx.config.executor),
+                               rates_source=ctx.args.get("rates") or "bandwidth",
+                               mixes=ctx.args.get("mixes", True))
     except BudgetError as e:
         _chunks_for_the_floor(ctx, e)
         raise

@@ -9,9 +9,10 @@
 4. ``measure_terms``: the peak model's terms, from exact evaluations of uniform plans.
 5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans.
 6. Candidates, fixed before the budget is looked at: every uniform plan evaluated in 4,
-   and up to ``MAX_CANDIDATES`` frontier points spread over the frontier (the smallest
-   ones always), each evaluated exactly. The plan is the fastest candidate whose exact
-   peak plus ``margin`` fits the budget.
+   a uniform ``cheap`` plan with its first r intervals recomputed for every r
+   (``_prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
+   frontier (the smallest ones always), each evaluated exactly. The plan is the fastest
+   candidate whose exact peak plus ``margin`` fits the budget.
 
 Monotone: the candidates and their exact peaks do not depend on the budget, and the
 choice is the fastest candidate that fits, so a smaller budget never gets a larger
@@ -162,7 +163,8 @@ def _held(joint: JointGraph, model: StepModel) -> set[Node]:
 def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
-    rates: DeviceRates | None = None, lowered: bool = False,
+    rates: DeviceRates | None = None, lowered: bool = False, rates_source: str = "bandwidth",
+    mixes: bool = True,
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
@@ -170,12 +172,15 @@ def plan_checkpoint(
     what will run the graphs (the peaks are predicted for it). ``rates``: what
     recomputation is priced with (default: the H200's, with generated kernels at the
     bandwidth measured there for graphs on a GPU; ``lowered``: the recomputed chains will
-    run as dsgraph's lowered kernels, priced at their measured bandwidth)."""
+    run as dsgraph's lowered kernels, priced at their measured bandwidth; ``rates_source``
+    ``"profile"``: generated kernels, GEMMs and attention at what the H200's profile of a
+    budgeted GPT-2 step measured, ``cost_model.H200_MEASURED``). ``mixes=False`` leaves out
+    the ``_prefix_mixes`` candidates (the search before session 10)."""
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
     with _gc_paused():
         return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates,
-                     lowered)
+                     lowered, rates_source, mixes)
 
 
 @contextlib.contextmanager
@@ -195,7 +200,7 @@ def _gc_paused():
 
 def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
           resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
-          lowered: bool) -> CheckpointPlan:
+          lowered: bool, rates_source: str = "bandwidth", mixes: bool = True) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
@@ -215,7 +220,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     stock = {n for n in joint.forward if n.name in stock_names}
     stock_peak = stock_peaks[0]
     if rates is None:
-        rates = recompute_rates(model.device_type, lowered)
+        rates = recompute_rates(model.device_type, lowered, rates_source)
     costs = CostModel(gm, rates)
     held = _held(joint, model)
     fused = executor == INDUCTOR
@@ -254,6 +259,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     candidates: list[Candidate] = []
     model_peaks: dict[int, int] = {}
     for result in uniform:
+        candidates.append(_candidate(result, joint, costs, held, fused))
+    for result in _prefix_mixes(evaluator, intervals, candidates, uniform) if mixes else ():
         candidates.append(_candidate(result, joint, costs, held, fused))
     for point in _spread(points, MAX_CANDIDATES):
         result = evaluator.evaluate(plan_of(point), f"frontier {len(candidates)}")
@@ -310,6 +317,45 @@ def _candidate(result: Evaluated, joint: JointGraph, costs: CostModel, held: set
     recomputed = closure(joint, result.saved).recomputed
     return Candidate(result.name, result.peak.peak, _seconds(costs, recomputed, held, fused), result.plan,
                      result.saved)
+
+
+def _prefix_mixes(evaluator: PlanEvaluator, intervals: Intervals, candidates: list[Candidate],
+                  uniform: list[Evaluated]) -> list[Evaluated]:
+    """Plans between a uniform ``cheap`` plan and the uniform ``recompute`` plan of the same
+    tiling: the ``cheap`` plan with its first ``r`` intervals recomputed, for every ``r``. The
+    tiling is the one on which going from ``cheap`` to ``recompute`` buys bytes at the least
+    recomputation time per byte (exact peaks and prices of the two uniform plans). The
+    composed peak model misses these plans (GPT-2-small at 16 x 1024, 2.94 GiB: five
+    recomputed blocks with every other block cheap dominate the frontier point chosen before,
+    docs/BENCHMARKS.md session 10). The first intervals' saved values live longest, so they
+    are recomputed first. One exact evaluation per interval of the tiling; independent of
+    the budget."""
+    def spans(result: Evaluated) -> tuple:
+        return tuple((o.start, o.stop) for o in result.plan)
+
+    def uniform_of(policy: str) -> dict:
+        return {spans(r): (c, r) for c, r in zip(candidates, uniform)
+                if any(o.policy == policy for o in r.plan) and all(o.policy in (policy, "keep") for o in r.plan)}
+
+    cheap, recompute = uniform_of("cheap"), uniform_of("recompute")
+    slopes = []
+    for tiling, (c, r) in cheap.items():
+        if tiling not in recompute:
+            continue
+        full, _ = recompute[tiling]
+        if full.peak < c.peak:
+            slopes.append(((full.seconds - c.seconds) / (c.peak - full.peak), c.name, r))
+    if not slopes:
+        return []
+    _, _, base = min(slopes, key=lambda t: (t[0], t[1]))
+    mixable = [i for i, o in enumerate(base.plan) if o.policy == "cheap"]
+    out = []
+    for r in range(1, len(mixable)):
+        plan = list(base.plan)
+        for i in mixable[:r]:
+            plan[i] = intervals.option("recompute", plan[i].start, plan[i].stop)
+        out.append(evaluator.evaluate(plan, f"recompute{r}+{base.name}"))
+    return out
 
 
 def _descend(evaluator: PlanEvaluator, intervals: Intervals, plan: list[Option], steps: int) -> Evaluated:
