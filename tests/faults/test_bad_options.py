@@ -51,6 +51,8 @@ BAD = {
 # (pass, argument) -> bad pipeline text; the message names the pass and the argument
 BAD_ARGS = {
     ("checkpoint", "budget"): "checkpoint{budget=-1GiB}",
+    ("checkpoint", "rates"): "checkpoint{rates=fast}",
+    ("checkpoint", "mixes"): "checkpoint{mixes=yes}",
     ("chunk_loss", "chunks"): "chunk_loss{chunks=0}",
     ("chunk_loss", "budget"): "chunk_loss{budget=0.5}",
     ("allreduce", "bucket_mb"): "grad_pool,allreduce{bucket_mb=nan}",
