@@ -420,3 +420,39 @@ def test_convolution_weights_through_inductor_find_their_slots(reuse):
     assert {n for n, _ in model.blocks.named_parameters(prefix="blocks")} <= pooled
     if not reuse:
         assert pooled == {n for n, _ in model.named_parameters()}
+
+
+class _PatchEncoder(nn.Module):
+    """A small vision transformer: a patch convolution, two encoder layers, a head."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.patch = nn.Conv2d(3, d, 8, 8)
+        layer = nn.TransformerEncoderLayer(d, 4, 4 * d, batch_first=True, dropout=0.0)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x, y):
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        return F.cross_entropy(self.head(self.enc(t).mean(1)), y)
+
+
+@pytest.mark.e2e
+@pytest.mark.xfail(strict=True, reason="with the pool the planner predicts the stock peak plus the whole pool, "
+                   "Inductor's compiled plan is 7% lower (found on the H200 with vit_b_16: 1.10 against 0.80 GB); "
+                   "cause not found (session 10)")
+def test_a_budget_with_the_pool_predicts_the_compiled_plan():
+    """The checkpoint planner's prediction with the gradient pool against Inductor's compiled
+    plans (CPU, the budget loose): within 3%. Without the pool the same model is predicted
+    to 256 bytes. Known failure: the prediction is the stock peak plus the pool, while the
+    compiled plan is only 75,776 B above the stock one; holding pooled gradients only to
+    their last use in the emulation changed nothing (its peak is inside the backward, at a
+    weight-gradient matmul), so the cause is elsewhere and not found yet."""
+    torch.manual_seed(0)
+    model, x, y = _PatchEncoder(), torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
+    torch._dynamo.reset()
+    dsgraph.clear_reports()
+    torch.compile(model, backend="dsgraph", options={"memory_budget": 2**40, "grad_pool": True})(x, y).backward()
+    joint = [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+    predicted, compiled = joint["checkpoint_predicted_peak"], joint["checkpoint_inductor_peak"]
+    assert predicted <= 1.03 * compiled, (predicted, compiled)
