@@ -59,23 +59,29 @@ class QAndGate(nn.Module):
         return (a.transpose(1, 2).reshape(B, S, H * D) + self.wo(g.reshape(B, S, H * D))).sum()
 
 
-@pytest.mark.parametrize("permuted", [True, False])
-def test_horizontal_fusion_compares_loops_in_memory_order(permuted, monkeypatch):
-    torch.manual_seed(0)
-    j = truth.capture_joint(QAndGate(permuted), (torch.randn(3, 7, 32),))
+def stock_runs(module, inputs, monkeypatch):
+    """The step model of ``module``'s joint graph and the emulated Inductor runs (forward,
+    backward) of its stock partition."""
+    j = truth.capture_joint(module, inputs)
     static = j.kwargs.get("static_lifetime_input_indices") or []
     model = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static)
     runs = []
     emulate = step_model.emulate
 
     def spy(g, rules):
-        run = emulate(g, rules)
-        runs.append(run)
-        return run
+        runs.append(emulate(g, rules))
+        return runs[-1]
 
     monkeypatch.setattr(step_model, "emulate", spy)
     by_name = {n.name: n for n in j.gm.graph.nodes}
     model.evaluate([model.index[by_name[n]] for n in j.stock_saved], "inductor")
+    return j, model, runs
+
+
+@pytest.mark.parametrize("permuted", [True, False])
+def test_horizontal_fusion_compares_loops_in_memory_order(permuted, monkeypatch):
+    torch.manual_seed(0)
+    j, model, runs = stock_runs(QAndGate(permuted), (torch.randn(3, 7, 32),), monkeypatch)
     forward = runs[0]
     kernels = set(forward.kernels)
     muls = [model.index[n] for n in j.gm.graph.nodes

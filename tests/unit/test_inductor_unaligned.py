@@ -13,12 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import dsgraph.analysis.step_model as step_model
 from dsgraph.analysis.inductor_model import Buffer, InductorRun
 from dsgraph.analysis.inductor_reuse import reuse_pool
-from dsgraph.analysis.step_model import StepModel
-from dsgraph.recompute import truth
-from tests.unit.test_inductor_loop_order import QAndGate
+from tests.unit.test_inductor_loop_order import QAndGate, stock_runs
 
 
 @pytest.mark.parametrize("unaligned", [False, True])
@@ -35,19 +32,7 @@ def test_an_unaligned_buffer_is_not_handed_out_again(unaligned):
 
 def test_the_attention_backward_reading_saved_tensors_is_unaligned_on_cpu(monkeypatch):
     torch.manual_seed(0)
-    j = truth.capture_joint(QAndGate(True), (torch.randn(3, 7, 32),))
-    static = j.kwargs.get("static_lifetime_input_indices") or []
-    model = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static)
-    runs = []
-    emulate = step_model.emulate
-
-    def spy(g, rules):
-        runs.append(emulate(g, rules))
-        return runs[-1]
-
-    monkeypatch.setattr(step_model, "emulate", spy)
-    by_name = {n.name: n for n in j.gm.graph.nodes}
-    model.evaluate([model.index[by_name[n]] for n in j.stock_saved], "inductor")
+    _, model, runs = stock_runs(QAndGate(True), (torch.randn(3, 7, 32),), monkeypatch)
     forward, backward = runs
 
     def attention(run, name):
