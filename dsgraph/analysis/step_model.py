@@ -75,9 +75,13 @@ def _is_tangent(node: Node) -> bool:
 
 class StepModel:
     def __init__(self, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int] = (),
-                 device_type: str | None = None, extra_external: int = 0, external: int | None = None):
+                 device_type: str | None = None, extra_external: int = 0, external: int | None = None,
+                 pooled: frozenset[str] = frozenset()):
         """``external``: bytes alive through the step (default: the primals' storages, each
-        once), plus ``extra_external`` (a gradient pool)."""
+        once), plus ``extra_external`` (a gradient pool). ``pooled``: names of backward
+        outputs the gradient pool takes (its bytes are in ``extra_external``): their buffers
+        live from where the backward makes them to their last use in the graph, not to the
+        end of the step (the grad_pool pass writes them into their slots)."""
         self.gm = gm
         nodes = list(gm.graph.nodes)
         self.nodes = nodes
@@ -94,6 +98,7 @@ class StepModel:
         outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
         self.fwd_outputs = [index[o] for o in outs[:num_fwd_outputs] if isinstance(o, Node)]
         self.bwd_outputs = [index[o] for o in outs[num_fwd_outputs:] if isinstance(o, Node)]
+        self.pooled_outputs = frozenset(i for i in self.bwd_outputs if nodes[i].name in pooled)
         self.user_visible = frozenset(self.fwd_outputs)
         self.placeholders = [i for i, n in enumerate(nodes) if n.op == "placeholder"]
         self.tangents = frozenset(i for i in self.placeholders if _is_tangent(nodes[i]))
@@ -130,6 +135,8 @@ class StepModel:
         storages = lifetimes.storages
         self.storage_bytes = [s.nbytes for s in storages]
         self.storage_of = [lifetimes.storage_of[n].id if n in lifetimes.storage_of else -1 for n in nodes]
+        # a pooled gradient's storage: the output may be a view of what its kernel wrote
+        self.pooled_storages = frozenset(self.storage_of[i] for i in self.pooled_outputs) - {-1}
         self.alloc: list[tuple[int, ...]] = [()] * n_nodes
         roots: dict[int, list[int]] = {}
         for s in storages:
@@ -386,7 +393,7 @@ class StepModel:
                     labels.append(f"tangent:{self.nodes[t].name}")
         # saved values that are views of storages the forward did not allocate here
         # (inputs): held, counted as external
-        bw_out = {self.storage_of[i] for i in self.bwd_outputs}
+        bw_out = {self.storage_of[i] for i in self.bwd_outputs} - self.pooled_storages
         for k, i in enumerate(bw_order):
             for s in self.alloc[i]:
                 stop = end if s in bw_out else bw0 + bw_last.get(s, k)
@@ -483,7 +490,13 @@ class StepModel:
                 continue
             if b.nbytes == 0:
                 continue
-            stop = end if b.output else bw0 + max(b.end, b.start)
+            pooled = b.output and self.storage_of[b.node] in self.pooled_storages
+            if pooled and not b.self_allocated:
+                # the wrapper's buffer becomes the slot: grad_pool has a matmul write into it
+                # (``mm_into_``), and Inductor computes a pointwise gradient into it
+                continue
+            # a fallback's own output is copied into the slot: live to its last use
+            stop = end if b.output and not pooled else bw0 + max(b.end, b.start)
             intervals.append((bw0 + b.start, stop, b.nbytes))
             if labels is not None:
                 labels.append(f"backward:{self.nodes[b.node].name}")
