@@ -192,7 +192,12 @@ def test_with_the_gradient_pool_the_pool_counts_from_the_start(extremes):
     plain = compile_step(model, inputs, {**FX, "memory_budget": "1TiB"}).memory
     pooled = compile_step(model, inputs, {**FX, "memory_budget": "1TiB", "grad_pool": True}).memory
     grads = sum(p.numel() * p.element_size() for p in model.parameters())
-    assert pooled["checkpoint_stock_peak"] == plain["checkpoint_stock_peak"] + grads
+    # the pool lives through the step, so the pooled peak is above the plain one; the
+    # gradients the backward writes into the pool are not counted again as its outputs
+    # (until session 10 they were: exactly plain + grads, above what the graphs hold)
+    assert plain["checkpoint_stock_peak"] < pooled["checkpoint_stock_peak"] < plain["checkpoint_stock_peak"] + grads
+    # and the prediction is the compiled graphs' own plan (the post-compile check's figure)
+    assert pooled["checkpoint_stock_peak"] == pooled["checkpoint_inductor_peak"]
 
 
 def test_dynamic_batch_plans_at_the_size_hint_and_stays_exact():
