@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in v:
             print(f"{name:9s} error: {v['error']}")
             continue
-        worst = ", ".join(f"{w['tensor']} {w['rmse']:.2e}/{w['ref_rmse']:.2e} (x{w["ratio"]:.3g})" for w in v["worst"])
+        worst = ", ".join(f"{w['tensor']} {w['rmse']:.2e}/{w['ref_rmse']:.2e} (x{w['ratio']:.3g})" for w in v["worst"])
         print(f"{name:9s} {v['seconds']:6.1f} s  failed {v['failed']}  worst: {worst}")
     if args.json:
         with open(args.json, "w") as f:
