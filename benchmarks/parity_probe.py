@@ -55,13 +55,27 @@ def _variant_fn(name: str, model: torch.nn.Module, full: dict[str, Any]):
     return torch.compile(model, backend="dsgraph", options={**options, "fallback": "error"})
 
 
-def probe(model_name: str, device: str, variants: list[str], tol: float = 1e-3, top: int = 4) -> dict[str, Any]:
+def _print_variant(name: str, v: dict[str, Any]) -> None:
+    if "error" in v:
+        print(f"{name:9s} error: {v['error']}", flush=True)
+        return
+    worst = ", ".join(f"{w['tensor']} {w['rmse']:.2e}/{w['ref_rmse']:.2e} (x{w['ratio']:.3g})" for w in v["worst"])
+    print(f"{name:9s} {v['seconds']:6.1f} s  failed {v['failed']}  worst: {worst}", flush=True)
+
+
+def probe(model_name: str, device: str, variants: list[str], tol: float = 1e-3, top: int = 4,
+          budget: int | None = None) -> dict[str, Any]:
+    """Each variant's row is printed as it finishes (a run cut short says what it saw)."""
     model, inputs = build(BY_NAME[model_name], device)
-    full = full_options(model, inputs)
+    if budget is None:
+        full = full_options(model, inputs)
+    else:
+        full = {"memory_budget": budget, "grad_pool": True, "lower_triton": True, "fallback": "error"}
     exact_model = copy.deepcopy(model).double()
     eager_model = copy.deepcopy(model)
     with fp32_exact():
         settings = _tf32_settings()
+        print("tf32 settings during the steps:", settings, flush=True)
         x64 = tuple(t.double() if t.is_floating_point() else t for t in inputs)
         exact_loss, exact = run_step(exact_model, exact_model, x64, 0)
         ref_loss, ref = run_step(eager_model, eager_model, inputs, 0)
@@ -74,6 +88,7 @@ def probe(model_name: str, device: str, variants: list[str], tol: float = 1e-3, 
                 loss, grads = run_step(_variant_fn(name, m, full), m, inputs, 0)
             except Exception as e:  # noqa: BLE001 - a variant that fails is reported, the rest still run
                 rows_by_variant[name] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+                _print_variant(name, rows_by_variant[name])
                 continue
             rows = [_compare("loss", loss, ref_loss, "fp64", 1e-5, exact_loss, tol)]
             rows += [_compare(n, grads.get(n), ref[n], "fp64", 1e-5, exact.get(n), tol) for n in ref]
@@ -85,6 +100,7 @@ def probe(model_name: str, device: str, variants: list[str], tol: float = 1e-3, 
                 "worst": [{"tensor": r.name, "rmse": r.rmse, "ref_rmse": r.ref_rmse, "exact_rms": r.exact_rms,
                            "ratio": r.rmse / (2 * r.ref_rmse + tol)} for r in scored[:top]],
             }
+            _print_variant(name, rows_by_variant[name])
     return {"model": model_name, "device": device, "torch": torch.__version__, "tf32_settings": settings,
             "full_options": full, "variants": rows_by_variant}
 
@@ -94,20 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model", choices=sorted(BY_NAME))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--budget", type=int, default=None,
+                   help="memory_budget in bytes of the budget and full variants (default: half the stock "
+                        "peak, found as benchmarks.model_zoo finds it)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         p.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
-    result = probe(args.model, args.device, variants)
-    print("tf32 settings during the steps:", result["tf32_settings"])
-    for name, v in result["variants"].items():
-        if "error" in v:
-            print(f"{name:9s} error: {v['error']}")
-            continue
-        worst = ", ".join(f"{w['tensor']} {w['rmse']:.2e}/{w['ref_rmse']:.2e} (x{w['ratio']:.3g})" for w in v["worst"])
-        print(f"{name:9s} {v['seconds']:6.1f} s  failed {v['failed']}  worst: {worst}")
+    result = probe(args.model, args.device, variants, budget=args.budget)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -75,13 +75,14 @@ BLOCK = 4096  # columns per step of a row's loop (the vocabulary is walked in bl
 
 def chunk_rows_(logits: torch.Tensor, targets: torch.Tensor, scale: torch.Tensor, ignore_index: int,
                 label_smoothing: float, want_grad: bool) -> torch.Tensor:
-    """Per-row fp32 losses of ``logits`` (n, V, contiguous); with ``want_grad`` the logits'
-    gradient is written over ``logits``."""
+    """Per-row fp32 losses of ``logits`` (n, V; rows of unit column stride, any row stride:
+    the first V columns of a padded buffer); with ``want_grad`` the logits' gradient is
+    written over ``logits``."""
     import triton
 
     n, vocab = logits.shape
-    if not logits.is_contiguous():
-        raise ValueError("chunk_rows_: the chunk's logits must be contiguous")
+    if n and vocab and logits.stride(1) != 1:
+        raise ValueError("chunk_rows_: the chunk's logits must have unit column stride")
     rows = torch.empty(n, dtype=torch.float32, device=logits.device)
     if n == 0:
         return rows

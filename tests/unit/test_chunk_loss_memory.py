@@ -179,7 +179,7 @@ def test_the_torch_paths_peak_is_the_counted_workspace(case, shape):
 def check_the_op_frees_what_it_is_done_with() -> None:
     """Issue 15's case scaled down, on the CUDA path (Triton, fp32-output GEMMs): at the
     peak, one chunk's cast rows of x, its logits and row losses (and their sum) besides the
-    outputs, the casts of the weight and bias and the scale; no valid mask, no second
+    outputs, the casts of the weight and bias (the vocabulary of 1001 padded to 1024) and the scale; no valid mask, no second
     chunk's buffers, no bias-gradient column sum alongside the cast rows."""
     args = op_args(300, 64, 1001, 100, mm=BF16)
     got, at_peak = tracked(args, grads=True, triton=True, fp32_gemm=True)
@@ -187,8 +187,8 @@ def check_the_op_frees_what_it_is_done_with() -> None:
     alive = sorted(((shape, dtype) for _, _, shape, dtype in at_peak), key=str)
     assert alive == sorted([
         ((1001, 64), F32), ((300, 64), F32), ((1001,), F32), ((), F32),  # outputs: gradients of w, x, b; the loss
-        ((1001, 64), BF16), ((1001,), BF16), ((), F32),  # the casts, the scale
-        ((100, 1001), BF16), ((100, 64), BF16), ((100,), F32), ((), F32),  # logits, cast x, row losses, their sum
+        ((1024, 64), BF16), ((1024,), BF16), ((), F32),  # the casts (vocabulary padded to 1024), the scale
+        ((100, 1024), BF16), ((100, 64), BF16), ((100,), F32), ((), F32),  # logits, cast x, row losses, their sum
     ], key=str), at_peak
 
 
@@ -198,11 +198,15 @@ def test_the_gpu_tests_shape_is_counted_as_the_op_runs_there():
     n, d, v, chunk = 4096, 512, 32003, 1000
     kw = dict(x_dtype=F32, w_dtype=F32, loss_dtype=F32, has_bias=True, chunk_tokens=chunk, grads=True, triton=True,
               fp32_gemm=True, reduction="mean")
-    # bf16: the scale, the casts of w and b, the chunk's cast x, its logits, row losses and their sum
-    assert lce.workspace_bytes(n, d, v, mm_dtype=BF16, **kw) == 4 + v * d * 2 + v * 2 + chunk * (d * 2 + v * 2 + 4) + 4
+    # bf16: the scale, the casts of w and b, the chunk's cast x, its logits, row losses and
+    # their sum; the casts and the logits have the vocabulary padded to 32064 (lce.VOCAB_ALIGN)
+    vp = 32064
+    assert lce.padded_vocab(v, BF16, triton=True) == vp and lce.padded_vocab(v, BF16, triton=False) == v
+    assert lce.padded_vocab(v, F32, triton=True) == v
+    assert lce.workspace_bytes(n, d, v, mm_dtype=BF16, **kw) == 4 + vp * d * 2 + vp * 2 + chunk * (d * 2 + vp * 2 + 4) + 4
     # fp32: the scale, the chunk's logits (holding the gradient) and the bias gradient's column sum
     assert lce.workspace_bytes(n, d, v, mm_dtype=F32, **kw) == 4 + chunk * v * 4 + v * 4
-    assert lce.workspace_bytes(n, d, v, mm_dtype=BF16, **kw) == 97_869_086
+    assert lce.workspace_bytes(n, d, v, mm_dtype=BF16, **kw) == 98_053_672
     assert lce.workspace_bytes(n, d, v, mm_dtype=F32, **kw) == 128_140_016
 
 

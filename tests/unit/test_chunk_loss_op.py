@@ -159,3 +159,37 @@ def test_triton_row_kernel_matches_the_torch_rows_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", TRITON_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "triton rows ok" in done.stdout, done.stderr[-3000:]
+
+
+PADDED_CHECK = textwrap.dedent("""
+    from unittest import mock
+    import torch
+    from dsgraph.runtime import linear_cross_entropy as lce
+    g = torch.Generator().manual_seed(5)
+    n, d, v = 45, 12, 37  # the CUDA path pads the vocabulary to 64 for the bf16 matmul
+    x = torch.randn(n, d, generator=g)
+    w = torch.randn(v, d, generator=g) * 0.3
+    b = torch.randn(v, generator=g)
+    t = torch.randint(0, v, (n,), generator=g)
+    t[::4] = -100
+    assert lce.padded_vocab(v, torch.bfloat16, triton=True) == 64
+    args = (x, w, b, t, -100, "mean", 0.1, torch.bfloat16, torch.float32, 16, True, True, True)
+    with mock.patch.object(lce, "use_triton", lambda device: True):
+        padded = lce.linear_cross_entropy_grads_op._init_fn(*args)
+        with mock.patch.object(lce, "padded_vocab", lambda vocab, mm_dtype, triton: vocab):
+            plain = lce.linear_cross_entropy_grads_op._init_fn(*args)
+    for name, got, want in zip(("loss", "x", "weight", "bias"), padded, plain):
+        assert got.shape == want.shape and got.dtype == want.dtype, name
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+    print("padded ok")
+""")
+
+
+def test_the_padded_vocabulary_gives_the_unpadded_results_in_the_interpreter():
+    """The CUDA path (Triton rows) with the vocabulary padded for aligned bf16 GEMMs gives the
+    loss and gradients of the same path without padding: the padded columns are outside the
+    softmax and their zero gradient adds nothing to the x gradient."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", PADDED_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "padded ok" in done.stdout, done.stderr[-3000:]
