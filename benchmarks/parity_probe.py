@@ -75,7 +75,8 @@ def probe(model_name: str, device: str, variants: list[str], tol: float = 1e-3, 
     eager_model = copy.deepcopy(model)
     with fp32_exact():
         settings = _tf32_settings()
-        print("tf32 settings during the steps:", settings, flush=True)
+        print("tf32 settings during the steps:", settings, "cudnn enabled", torch.backends.cudnn.enabled,
+              "deterministic", torch.backends.cudnn.deterministic, flush=True)
         x64 = tuple(t.double() if t.is_floating_point() else t for t in inputs)
         exact_loss, exact = run_step(exact_model, exact_model, x64, 0)
         ref_loss, ref = run_step(eager_model, eager_model, inputs, 0)
@@ -102,6 +103,8 @@ def probe(model_name: str, device: str, variants: list[str], tol: float = 1e-3, 
             }
             _print_variant(name, rows_by_variant[name])
     return {"model": model_name, "device": device, "torch": torch.__version__, "tf32_settings": settings,
+            "cudnn": {"enabled": torch.backends.cudnn.enabled, "deterministic": torch.backends.cudnn.deterministic,
+                      "benchmark": torch.backends.cudnn.benchmark},
             "full_options": full, "variants": rows_by_variant}
 
 
@@ -113,8 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=None,
                    help="memory_budget in bytes of the budget and full variants (default: half the stock "
                         "peak, found as benchmarks.model_zoo finds it)")
+    p.add_argument("--cudnn", default="default", choices=["default", "deterministic", "off"],
+                   help="cuDNN for every step of the run (eager, float64 and compiled): as torch sets it, "
+                        "deterministic algorithms only, or disabled (torch's own convolutions)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.cudnn == "deterministic":
+        torch.backends.cudnn.deterministic = True
+    elif args.cudnn == "off":
+        torch.backends.cudnn.enabled = False
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
