@@ -78,6 +78,19 @@ class EmulatedGraph:
     # graph inputs Inductor copies to channels last before the first node, the copy
     # taking the input's place (``dsgraph.analysis.inductor_layout``)
     channels_last_inputs: Sequence[int] = ()
+    # outputs the gradient pool takes (``dsgraph.passes.grad_pool``): the backward writes
+    # them into their slots and returns None for them, so to the scheduler they are no
+    # outputs: ``mm_into_`` and the add + ``copy_`` fused into the kernel that computes the
+    # gradient allocate nothing; another kernel's own output is freed after its copy into
+    # the slot. Each slot is a graph input (``dsgraph_grad_<k>``) that Inductor's peak
+    # estimate counts as freeable (``Buffer.slot``)
+    pooled: frozenset = frozenset()
+    # graph inputs not in channels-last layout that a convolution reads with layout
+    # optimization on and no copy took the input's place (``channels_last_inputs``): the
+    # convolution's lowering copies them for itself (``require_channels_last`` on its input
+    # and weight), a buffer freed after it (a parameter the backward receives a handle on,
+    # which the layout optimization leaves alone: ``compile.partition_edit``)
+    conv_copied_inputs: frozenset = frozenset()
 
 
 @dataclass
@@ -98,6 +111,17 @@ class Buffer:
     # a fallback kernel's output Inductor assumes unaligned (one of the kernel's inputs is:
     # on a CPU every graph input is): the wrapper's pool never hands it to an allocation
     unaligned: bool = False
+    # a pooled gradient's slot (``EmulatedGraph.pooled``), a graph input the kernel that
+    # writes the gradient reads. Its bytes are the pool's, outside the graph's plan, but
+    # ``get_freeable_input_buf`` takes every input not named ``primals_``/``tangents``
+    # (``is_nonfreeable_buffers``) as freed after its last reader: ``reorder_for_peak_memory``
+    # and the wrapper's pool reuse hold it live until then (issue: a ViT's backward with
+    # the pool ran the FFN's weight-gradient ``mm_into_`` before its input gradient's mm)
+    slot: bool = False
+
+    def freeable_input(self, donated) -> bool:
+        """A graph input Inductor's peak estimate frees after its last reader."""
+        return self.input and (self.slot or self.node in donated)
 
 
 @dataclass
@@ -348,6 +372,16 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         # ``realize_input`` then stores what is left (a view's base, an expression)
         loaded = set()
         rest = []
+        if g.layout_opt and op.name == "convolution" and g.conv_copied_inputs:
+            for p, j in enumerate(args):
+                r = resolve(j)
+                if p < 2 and j in g.conv_copied_inputs and r[0] == "buf" and buffers[r[1]].input:
+                    copy = kernel(j, {(r[1], None)}, POINTWISE)
+                    loaded.add((new_buffer(j, info[j].bytes, copy), None))
+                else:
+                    rest.append(j)
+            args = rest
+            rest = []
         if op.constraint == "strides" or (op.constraint == "conv" and not g.layout_opt):
             for j in args:
                 r = resolve(j)
@@ -402,6 +436,16 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if r[0] in ("buf", "view") and r[1] is not None:
             buffers[r[1]].output = True
             run.output_buffers[o] = r[1]
+    for o in g.pooled:
+        k = run.output_buffers.get(o)
+        if k is None:
+            continue
+        written = buffers[k]
+        _into_slot(written, o, g, rules)
+        if written.kernel >= 0:
+            slot = new_buffer(o, info[o].bytes, -1)
+            buffers[slot].input = buffers[slot].slot = True
+            reads[written.kernel].add((slot, None))
     position = list(range(len(run.kernels)))  # where each kernel runs once fused groups are placed
     original = [b.nbytes for b in buffers]
     for b in buffers:
@@ -427,9 +471,27 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     reuse_in_place(run, reads, g, position)
     reuse_pool(run, g)
     for b in buffers:
-        if b.input:
+        if b.input and not b.slot:
             run.input_last[b.node] = b.end
     return run
+
+
+def _into_slot(b: Buffer, o: int, g: EmulatedGraph, rules: Rules) -> None:
+    """A pooled gradient's buffer, as the grad_pool pass rewrites the backward: a plain
+    ``mm`` read by nothing else becomes ``mm_into_`` (the matmul writes the slot), and a
+    pointwise or reduction kernel's result is added into the slot inside that kernel (its
+    ``copy_`` fuses): neither allocates, except a reduction's result on a CPU, which stays a
+    buffer (``inductor_scheduler``: a bias gradient's sum, freed after its kernel). Another
+    kernel's own output (a fallback's, an extern kernel whose result is viewed) is copied
+    into the slot: a buffer freed after the copy, which runs right after it."""
+    b.output = False
+    if b.end < b.start:
+        b.end = b.start
+    kind = g.info[b.node].kind
+    if kind == REDUCTION and rules.cpu:
+        return
+    if kind in (POINTWISE, REDUCTION) or (b.node == o and g.info[o].name == "mm" and g.users[o] == 1):
+        b.nbytes = 0
 
 
 def _addmm_patterns(g: EmulatedGraph, rules: Rules) -> tuple[set[int], dict[int, tuple[int, int]]]:

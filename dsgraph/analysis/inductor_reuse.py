@@ -86,7 +86,7 @@ def reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positio
                     continue
                 if cand.reused_by < 0 and not only_writer_left(r, step, at):
                     continue
-                if cand.input and cand.node not in g.donated:
+                if cand.input and (cand.slot or cand.node not in g.donated):
                     continue
                 cand.reused_by = k
                 cand.end, cand.output = out.end, out.output
@@ -121,7 +121,7 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
         if nbytes == 0:
             continue
         if b.input:
-            if b.node in g.donated and end >= 0:  # a freeable input: live until its last use
+            if b.freeable_input(g.donated) and end >= 0:  # live until its last use
                 delta[0] += nbytes
                 delta[end + 1] -= nbytes
             continue

@@ -166,7 +166,7 @@ def _reorder_for_peak_memory(order: list[int], members: dict, find, reads: list[
                 src = writes.get(b)
                 if src == root:
                     continue
-                if src is None and not (buffers[b].input and buffers[b].node in g.donated):
+                if src is None and not buffers[b].freeable_input(g.donated):
                     continue  # not freeable: no memory to track
                 pred_buffers[root].add(b)
                 buffer_succs.setdefault(b, set()).add(root)

@@ -76,12 +76,15 @@ def _is_tangent(node: Node) -> bool:
 class StepModel:
     def __init__(self, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int] = (),
                  device_type: str | None = None, extra_external: int = 0, external: int | None = None,
-                 pooled: frozenset[str] = frozenset()):
+                 pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset()):
         """``external``: bytes alive through the step (default: the primals' storages, each
         once), plus ``extra_external`` (a gradient pool). ``pooled``: names of backward
-        outputs the gradient pool takes (its bytes are in ``extra_external``): their buffers
-        live from where the backward makes them to their last use in the graph, not to the
-        end of the step (the grad_pool pass writes them into their slots)."""
+        outputs the gradient pool takes (its bytes are in ``extra_external``): the backward
+        writes them into their slots (``EmulatedGraph.pooled``), so they are not held to the
+        end of the step. ``handled``: names of primals the backward also receives a handle
+        on (``compile.partition_edit``, the gradient pool's parameters): Inductor's layout
+        optimization does not copy them to channels last as saved outputs; a convolution
+        copies its weight for itself (``EmulatedGraph.conv_copied_inputs``)."""
         self.gm = gm
         nodes = list(gm.graph.nodes)
         self.nodes = nodes
@@ -126,7 +129,10 @@ class StepModel:
         self.info: list[OpInfo] = [classify(n, self.rules) for n in nodes]
         self.is_convolution = [n.target is torch.ops.aten.convolution.default for n in nodes]
         self.layout_opt_possible = compat.inductor_layout_opt_possible(device_type)
-        self.copied_to_channels_last = [n.op == "placeholder" and copied_to_channels_last(n) for n in nodes]
+        # placeholders not in channels-last layout, and those of them Inductor copies to
+        # channels last where they are a saved output (not the ones with a handle)
+        self.not_channels_last = [n.op == "placeholder" and copied_to_channels_last(n) for n in nodes]
+        self.copied_to_channels_last = [c and n.name not in handled for n, c in zip(nodes, self.not_channels_last)]
         self.targets = [n.target for n in nodes]
         self.index_maps = IndexMaps()  # the index maps' compositions, shared by every partition's emulation
         self.realizing_user = [any(self.info[u].realizes_inputs for u in self.users[i]) for i in range(n_nodes)]
@@ -403,7 +409,9 @@ class StepModel:
         del fw_alloc
         return self._result(FX, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels)
 
-    def _graph(self, order, inputs, outputs, donated=frozenset()) -> EmulatedGraph:
+    def _graph(self, order, inputs, outputs, donated=frozenset(), pooled=frozenset(),
+               arrive_channels_last=frozenset()) -> EmulatedGraph:
+        """``arrive_channels_last``: inputs the forward returned as channels-last copies."""
         members = set(order) | set(inputs)
         output_set = set(outputs)
         users = {}
@@ -423,8 +431,12 @@ class StepModel:
         layout_opt = self.layout_opt_possible and any(self.is_convolution[i] for i in order)
         copies = channels_last_copies(order, inputs, output_set, self.copied_to_channels_last, self.user_visible,
                                       all_users, self.is_convolution, self.targets) if layout_opt else []
+        conv_copied = frozenset()
+        if layout_opt:
+            conv_copied = frozenset(i for i in inputs if self.not_channels_last[i]) - set(copies) - arrive_channels_last
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
-                             frozenset(donated), pointwise, self.index_maps, layout_opt, copies)
+                             frozenset(donated), pointwise, self.index_maps, layout_opt, copies, frozenset(pooled),
+                             conv_copied)
 
     def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
@@ -447,11 +459,13 @@ class StepModel:
         # return a channels-last copy of one (``inductor_layout``), a buffer of the forward
         saved_inputs = [i for i in used_saved if self.info[i].kind == PLACEHOLDER]
         fw_outputs = list(dict.fromkeys(self.fwd_outputs + saved_out + saved_inputs))
-        fw_run = emulate(self._graph(fw_order, fw_inputs, fw_outputs), self.rules)
+        fw_graph = self._graph(fw_order, fw_inputs, fw_outputs)
+        fw_run = emulate(fw_graph, self.rules)
         bw_members = set(bw_order)
         bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in bw_members for u in self.users[t]))
         donated = {i for i in saved_out if self.storage_of[i] not in self.primal_storages}
-        bw_run = emulate(self._graph(bw_order, bw_inputs, self.bwd_outputs, donated), self.rules)
+        bw_run = emulate(self._graph(bw_order, bw_inputs, self.bwd_outputs, donated, self.pooled_outputs,
+                                     frozenset(fw_graph.channels_last_inputs)), self.rules)
         steps, fw0, bw0, end = self._clock(fw_run.schedule, bw_run.schedule)
         intervals = []
         user_out = set(self.fwd_outputs)
@@ -490,13 +504,8 @@ class StepModel:
                 continue
             if b.nbytes == 0:
                 continue
-            pooled = b.output and self.storage_of[b.node] in self.pooled_storages
-            if pooled and not b.self_allocated:
-                # the wrapper's buffer becomes the slot: grad_pool has a matmul write into it
-                # (``mm_into_``), and Inductor computes a pointwise gradient into it
-                continue
-            # a fallback's own output is copied into the slot: live to its last use
-            stop = end if b.output and not pooled else bw0 + max(b.end, b.start)
+            # pooled gradients are no outputs of the emulated backward (``EmulatedGraph.pooled``)
+            stop = end if b.output else bw0 + max(b.end, b.start)
             intervals.append((bw0 + b.start, stop, b.nbytes))
             if labels is not None:
                 labels.append(f"backward:{self.nodes[b.node].name}")

@@ -88,6 +88,14 @@ def _parameter_gradients(gm, num_fwd_outputs: int, params: list) -> frozenset[st
     return frozenset(o.name for o, p in zip(out, params) if o is not None and p is not None)
 
 
+def _parameter_inputs(gm, params: list) -> frozenset[str]:
+    """Names of the joint graph's primals that are parameters: with the pool the backward
+    receives a handle on each (``ctx.pass_to_backward``), which keeps it out of Inductor's
+    channels-last copies (``compile.partition_edit``)."""
+    primals = [n for n in gm.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+    return frozenset(n.name for n, p in zip(primals, params) if p is not None)
+
+
 def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
     return bytes_of(_gradients(gm, num_fwd_outputs))
 
@@ -173,6 +181,7 @@ def run(gm, ctx: PassContext) -> PassResult:
     pooling = bool(ctx.config.pipeline.get("grad_pool"))
     pool = _gradient_bytes(gm, kwargs["num_fwd_outputs"]) if pooling else 0
     pooled = _parameter_gradients(gm, kwargs["num_fwd_outputs"], ctx.state.graph_params) if pooling else frozenset()
+    handled = _parameter_inputs(gm, ctx.state.graph_params) if pooling else frozenset()
     # compressed all-reduce buckets are copies in flight until the end of the backward: counted
     # as if they lived through the step (high by their size before the backward makes them);
     # Inductor's plan, which the check reads, holds them as the buffers they are
@@ -186,6 +195,7 @@ def run(gm, ctx: PassContext) -> PassResult:
     try:
         plan = plan_checkpoint(gm, ctx.example_inputs, kwargs, budget, extra_external=pool + inflight + library,
                                margin=ctx.carry or 0, executor=ctx.config.executor, pooled=pooled,
+                               handled=handled,
                                lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"),
                                                             ctx.config.executor),
                                rates_source=ctx.args.get("rates") or "bandwidth",

@@ -164,7 +164,7 @@ def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
     rates: DeviceRates | None = None, lowered: bool = False, rates_source: str = "bandwidth",
-    mixes: bool = True, pooled: frozenset[str] = frozenset(),
+    mixes: bool = True, pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset(),
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
@@ -176,12 +176,13 @@ def plan_checkpoint(
     ``"profile"``: generated kernels, GEMMs and attention at what the H200's profile of a
     budgeted GPT-2 step measured, ``cost_model.H200_MEASURED``). ``mixes=False`` leaves out
     the ``_prefix_mixes`` candidates (the search before session 10). ``pooled``: names of
-    the gradient outputs the gradient pool takes (``StepModel``)."""
+    the gradient outputs the gradient pool takes, ``handled``: the primals the backward
+    receives a handle on (both ``StepModel``)."""
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
     with _gc_paused():
         return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates,
-                     lowered, rates_source, mixes, pooled)
+                     lowered, rates_source, mixes, pooled, handled)
 
 
 @contextlib.contextmanager
@@ -202,12 +203,12 @@ def _gc_paused():
 def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
           resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
           lowered: bool, rates_source: str = "bandwidth", mixes: bool = True,
-          pooled: frozenset[str] = frozenset()) -> CheckpointPlan:
+          pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset()) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
     model = StepModel(gm, partition_kwargs["num_fwd_outputs"], static, external=external_bytes(joint) + extra_external,
-                      pooled=pooled)
+                      pooled=pooled, handled=handled)
     by_name = {n.name: n for n in gm.graph.nodes}
     stock_peaks: list[int] = []
 

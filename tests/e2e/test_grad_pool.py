@@ -468,15 +468,18 @@ def test_a_budget_with_the_pool_counts_the_gradients_once():
 
 
 @pytest.mark.e2e
-@pytest.mark.xfail(strict=True, reason="with the pool the planner's prediction is 5.8% above Inductor's compiled "
-                   "plan on a small vision transformer (the double-counted gradients fixed, the rest not found)")
 def test_a_budget_with_the_pool_predicts_the_compiled_plan():
     """The checkpoint planner's prediction with the gradient pool against Inductor's compiled
     plans (CPU, the budget loose): within 3%. Without the pool the same model is predicted
-    to 256 bytes. Known failure: with the pool 5,696,700 against 5,386,644 B (+5.8%; +7.0%
-    before the gradients were counted once); the compiled plan is only 75,776 B above the
-    stock one, the prediction 385,576 B; the emulation's peak is inside the backward, at a
-    weight-gradient matmul. Not traced further."""
+    to 256 bytes. With the pool it was 5,696,700 against 5,386,644 B (+5.8%; +7.0% before
+    the gradients were counted once), from three things the pooled backward does that the
+    emulation did not (session 11): the slots are graph inputs Inductor's peak estimate
+    frees after their last reader, so its ``reorder_for_peak_memory`` ran an FFN's
+    weight-gradient ``mm_into_`` before the input gradient's mm and freed the saved
+    activation it reads first (+260,096 B), and the loss head's gradients, computed in
+    place into saved buffers, were held to the end (+2,600 B); the parameters' handles keep the convolution
+    weight out of the layout optimization's saved channels-last copy (+49,152 B); on a CPU
+    a pooled bias gradient's sum is still a buffer (-1,792 B). Now exact: 5,386,644 B."""
     torch.manual_seed(0)
     predicted, compiled = _pooled_prediction(_PatchEncoder(), (torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))))
-    assert predicted <= 1.03 * compiled, (predicted, compiled)
+    assert compiled <= predicted <= 1.03 * compiled, (predicted, compiled)
