@@ -3,7 +3,8 @@
 Whatever is saved and recomputed, some memory exists at some step of every partition:
 
 - ``external``: the primals (parameters, buffers, inputs) through the whole step;
-- ``gradients``: every gradient the backward returns exists at its end;
+- ``gradients``: every gradient the backward returns exists at its end (but for those the
+  gradient pool takes: the pool's buffer is in ``external``, and they are written into it);
 - ``random``: the random values the backward reads exist together when it starts (they
   are saved, never recomputed);
 - ``kernel``: a kernel's inputs and outputs exist while it runs. With FX execution
@@ -55,7 +56,10 @@ def _bytes(nodes, exclude) -> int:
 
 
 def lower_bound(joint: JointGraph, model: StepModel, executor: str) -> LowerBound:
-    primals = joint.primal_storages
+    # what ``external`` holds already: the primals and, with the gradient pool, the pooled
+    # gradients (its buffer is in ``external``; they are written into their slots)
+    pooled = {storage_key(model.nodes[i]) for i in model.pooled_outputs}
+    primals = set(joint.primal_storages) | pooled
     external = model.external
     output = joint.gm.graph.output_node()
     outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
