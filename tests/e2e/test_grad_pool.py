@@ -506,3 +506,47 @@ def test_with_the_pool_the_lower_bound_is_below_the_smallest_plan(model_inputs):
     error = find_cause(info.value, BudgetError)
     assert error is not None, info.value
     assert error.lower_bound is not None and error.lower_bound <= error.smallest_feasible, str(error)
+
+
+class _ResidualConvNet(nn.Module):
+    """A stem and four residual conv + BatchNorm + ReLU blocks (64 channels) and a head."""
+
+    def __init__(self, c=64, n=4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, 2, 1, bias=False)
+        self.convs = nn.ModuleList(nn.Conv2d(c, c, 3, 1, 1, bias=False) for _ in range(n))
+        self.norms = nn.ModuleList(nn.BatchNorm2d(c) for _ in range(n))
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x, y):
+        x = self.stem(x)
+        for conv, norm in zip(self.convs, self.norms):
+            x = x + F.relu(norm(conv(x)))
+        return F.cross_entropy(self.head(x.mean((2, 3))), y)
+
+
+@pytest.mark.e2e
+def test_with_the_pool_a_convolution_networks_smallest_plan_is_predicted():
+    """With the pool and the smallest feasible budget, the prediction within 3% of Inductor's
+    compiled plan (CPU): 1,809,032 predicted against 1,840,776 B compiled (-1.72%, session
+    11). Known failure on a larger model, not in this test: a pure-torch ResNet-18 (batch 4,
+    32x32) with the pool, 106,537,236 against 113,568,020 B (-6.2%; exact within 0.01%
+    without the pool). The backward receives each weight as a contiguous handle
+    (``compile.partition_edit``) and Inductor's ``convolution_backward`` lowering copies it
+    to channels last when it computes the input gradient, which the emulation does not
+    model (a draft, branch s11-rnpool, not merged)."""
+    def joint_memory(budget):
+        torch.manual_seed(0)
+        model, inputs = _ResidualConvNet(), (torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,)))
+        torch._dynamo.reset()
+        dsgraph.clear_reports()
+        torch.compile(model, backend="dsgraph", options={"memory_budget": budget, "grad_pool": True,
+                                                         "fallback": "error"})(*inputs).backward()
+        return [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+
+    with pytest.raises(Exception) as info:
+        joint_memory(1)
+    smallest = find_cause(info.value, BudgetError).smallest_feasible
+    memory = joint_memory(smallest)
+    predicted, compiled = memory["checkpoint_predicted_peak"], memory["checkpoint_inductor_peak"]
+    assert abs(predicted - compiled) <= 0.03 * compiled, (predicted, compiled)
