@@ -44,6 +44,7 @@ from typing import Sequence
 
 from .inductor_index import IndexMaps
 from .inductor_reuse import reuse_in_place, reuse_pool
+from .inductor_rewrites import addmm_patterns, into_slot
 from .inductor_ops import CAT, EXTERN, GETITEM, MUTATE, POINTWISE, REDUCTION, SCATTER, VIEW, OpInfo, Rules
 from .inductor_scheduler import _fuse_local
 
@@ -68,7 +69,7 @@ class EmulatedGraph:
     realizing_users: Sequence[bool]
     donated: frozenset = frozenset()
     # every user of node i is pointwise (through views); StepModel fills it for the
-    # two-input adds, the nodes ``_addmm_patterns`` asks about
+    # two-input adds, the nodes ``addmm_patterns`` asks about
     pointwise_users: Sequence[bool] | dict = ()
     # canonical index maps, shared by the emulations of one graph (memoized compositions)
     maps: IndexMaps | None = None
@@ -283,7 +284,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         step = kernel(i, {(state[i][1], None)}, POINTWISE)
         state[i] = ("buf", new_buffer(i, info[i].bytes, step))
     output_set = set(g.outputs)
-    absorbed, addmms = _addmm_patterns(g, rules)
+    absorbed, addmms = addmm_patterns(g, rules)
 
     def epilogue(i: int, b: int) -> None:
         """A reduction's result that Inductor's lowering computes pointwise from the
@@ -441,7 +442,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if k is None:
             continue
         written = buffers[k]
-        _into_slot(written, o, g, rules)
+        into_slot(written, o, g, rules)
         if written.kernel >= 0:
             slot = new_buffer(o, info[o].bytes, -1)
             buffers[slot].input = buffers[slot].slot = True
@@ -474,48 +475,6 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if b.input and not b.slot:
             run.input_last[b.node] = b.end
     return run
-
-
-def _into_slot(b: Buffer, o: int, g: EmulatedGraph, rules: Rules) -> None:
-    """A pooled gradient's buffer, as the grad_pool pass rewrites the backward: a plain
-    ``mm`` read by nothing else becomes ``mm_into_`` (the matmul writes the slot), and a
-    pointwise or reduction kernel's result is added into the slot inside that kernel (its
-    ``copy_`` fuses): neither allocates, except a reduction's result on a CPU, which stays a
-    buffer (``inductor_scheduler``: a bias gradient's sum, freed after its kernel). Another
-    kernel's own output (a fallback's, an extern kernel whose result is viewed) is copied
-    into the slot: a buffer freed after the copy, which runs right after it."""
-    b.output = False
-    if b.end < b.start:
-        b.end = b.start
-    kind = g.info[b.node].kind
-    if kind == REDUCTION and rules.cpu:
-        return
-    if kind in (POINTWISE, REDUCTION) or (b.node == o and g.info[o].name == "mm" and g.users[o] == 1):
-        b.nbytes = 0
-
-
-def _addmm_patterns(g: EmulatedGraph, rules: Rules) -> tuple[set[int], dict[int, tuple[int, int]]]:
-    """Inductor's post-grad pass rewrites ``add(mm(a, b), c)`` into ``addmm(c, a, b)``
-    (one extern kernel writes the sum; ``c`` must be in memory), when the mm has no other
-    user, ``c`` has the mm's dtype, and not on a GPU where every user of the sum is
-    pointwise (``is_valid_addmm_fusion``, ``should_prefer_unfused_addmm``).
-    Returns (the folded mms, add -> (mm, c))."""
-    info = g.info
-    absorbed: set[int] = set()
-    addmms: dict[int, tuple[int, int]] = {}
-    for i in g.order:
-        if info[i].name != "add" or len(g.ins[i]) != 2:
-            continue
-        if not rules.cpu and (not g.pointwise_users or g.pointwise_users[i]):
-            continue
-        a, b = g.ins[i]
-        for mm, inp in ((a, b), (b, a)):
-            if (info[mm].name == "mm" and mm not in absorbed and g.users[mm] == 1 and mm != inp
-                    and info[inp].dtypes[:1] == info[mm].dtypes[:1] and info[inp].numel <= info[mm].numel):
-                absorbed.add(mm)
-                addmms[i] = (mm, inp)
-                break
-    return absorbed, addmms
 
 
 def _view_state(r: tuple, key, step, compose) -> tuple:

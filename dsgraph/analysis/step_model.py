@@ -40,6 +40,7 @@ from .inductor_layout import channels_last_copies, copied_to_channels_last
 from .inductor_model import EmulatedGraph, emulate
 from .inductor_ops import GETITEM, PLACEHOLDER, VIEW, OpInfo, Rules, classify
 from .lifetimes import TensorLifetimes, tensor_values
+from .step_order import mimic_autograd, raise_getitems, sink_recomputation
 from .sweep import live_per_step
 from .workspace import workspace_bytes
 
@@ -202,130 +203,12 @@ class StepModel:
                 continue
             fw.add(i)
             stack.extend(ins[i])
-        fw_order = self._raise_getitems(sorted(fw), fw)
-        bw_order = self._raise_getitems(self._mimic_autograd(sorted(bw), bw), bw)
+        fw_order = raise_getitems(self, sorted(fw), fw)
+        bw_order = raise_getitems(self, mimic_autograd(self, sorted(bw), bw), bw)
         if sink:
-            bw_order = self._sink(bw_order, bw)
+            bw_order = sink_recomputation(self, bw_order, bw)
         recomputed = [i for i in bw_order if i not in self.bw_only]
         return fw_order, bw_order, sorted(fw_inputs), used_saved, recomputed
-
-    def _raise_getitems(self, order: list[int], members: set[int]) -> list[int]:
-        out = []
-        is_getitem = self.is_getitem
-        for i in order:
-            if is_getitem[i]:
-                continue
-            out.append(i)
-            for u in self.users[i]:
-                if is_getitem[u] and u in members:
-                    out.append(u)
-        return out
-
-    def _mimic_autograd(self, order: list[int], members: set[int]) -> list[int]:
-        """``reordering_to_mimic_autograd_engine``: from the first node that reads a
-        tangent, each node is preceded by the nodes it needs that are not placed yet."""
-        first = None
-        for t in self.tangents:
-            for u in self.users[t]:
-                if u in members and (first is None or u < first):
-                    first = u
-        if first is None:
-            return order
-        placed: set[int] = set()
-        out: list[int] = []
-        ins = self.ins
-
-        def insert(i: int) -> None:
-            stack, found = [i], []
-            seen = set()
-            while stack:
-                j = stack.pop()
-                if j in seen or j in placed or j not in members:
-                    continue
-                seen.add(j)
-                found.append(j)
-                stack.extend(ins[j])
-            found.sort()
-            for j in found:
-                placed.add(j)
-                out.append(j)
-
-        for i in order:
-            if i < first and self.nodes[i].target is torch.ops.aten.copy_.default:
-                insert(i)
-        for i in order:
-            if i >= first:
-                insert(i)
-        return out
-
-    def _sink(self, order: list[int], members: set[int]) -> list[int]:
-        """``dsgraph.recompute.partition.sink_recomputation``: each node that reads no
-        tangent moves to just before its first user, in reverse order."""
-        tangent_side = set(self.tangents)
-        for i in order:
-            if any(a in tangent_side for a in self.ins[i]):
-                tangent_side.add(i)
-        out_id = self.output_id
-        bw_outputs = set(self.bwd_outputs)
-        gap = 1 << 20
-        prev: dict[int, int | None] = {}
-        nxt: dict[int, int | None] = {}
-        pos: dict[int, int] = {}
-        last = None
-        for k, i in enumerate(order):
-            prev[i], pos[i] = last, k * gap
-            if last is not None:
-                nxt[last] = i
-            last = i
-        if last is not None:
-            nxt[last] = None
-        head = order[0] if order else None
-        end_pos = len(order) * gap
-
-        def users_of(i: int) -> list[int]:
-            us = [u for u in self.users[i] if u in members]
-            if i in bw_outputs:
-                us.append(out_id)
-            return us
-
-        for i in reversed(order):
-            if i in tangent_side or self.impure[i]:
-                continue
-            us = users_of(i)
-            if not us:
-                continue
-            first = min(us, key=lambda u: pos[u] if u != out_id else end_pos)
-            if first == out_id or prev[first] == i:
-                continue
-            # unlink i
-            p, q = prev[i], nxt[i]
-            if p is not None:
-                nxt[p] = q
-            else:
-                head = q
-            if q is not None:
-                prev[q] = p
-            # link before first
-            before = prev[first]
-            prev[i], nxt[i] = before, first
-            prev[first] = i
-            if before is not None:
-                nxt[before] = i
-            else:
-                head = i
-            low = pos[before] if before is not None else pos[first] - gap
-            if pos[first] - low < 2:
-                k, j = 0, head
-                while j is not None:
-                    pos[j] = k * gap
-                    k, j = k + 1, nxt[j]
-            else:
-                pos[i] = (low + pos[first]) // 2
-        out, j = [], head
-        while j is not None:
-            out.append(j)
-            j = nxt[j]
-        return out
 
     # -- evaluation ---------------------------------------------------------------------
 
