@@ -61,8 +61,13 @@ def run_one(args: argparse.Namespace, workload: str, config: str) -> list[dict[s
     env = dict(os.environ)
     if args.fresh_cache:
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_cache_")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    except subprocess.TimeoutExpired:
+        # a run past its limit is a result (recorded), not the end of the benchmark
+        return [{"workload": workload, "config": config, "regime": args.regimes,
+                 "error": f"timed out after {args.timeout} s"}]
     records = [json.loads(line[len("BENCH_RECORD "):]) for line in proc.stdout.splitlines()
                if line.startswith("BENCH_RECORD ")]
     if records and proc.returncode == 0:
