@@ -61,9 +61,9 @@ def blas_bytes() -> int:
     return 2 * (cublas_workspace_bytes(torch.device("cuda", 0), env={}) + cublaslt_workspace_bytes(env={}))
 
 
-def capture(budget: int, chunks: int | None):
-    """The joint graph with the chunked loss planned for ``budget`` (as on CUDA) or at
-    ``chunks``; returns (joint capture, chunk count)."""
+def capture(budget: int, chunks: int | None, workload: str = "gpt2"):
+    """The joint graph of ``workload`` (full size) with the chunked loss planned for
+    ``budget`` (as on CUDA) or at ``chunks``; returns (joint capture, chunk count)."""
     from dsgraph.passes.chunk_loss import apply_chunk_loss, plan_chunk_loss
     from dsgraph.recompute import truth
 
@@ -77,7 +77,7 @@ def capture(budget: int, chunks: int | None):
         return apply_chunk_loss(gm, plan)
 
     torch._dynamo.reset()
-    model, inputs = workloads.build("gpt2", "cpu", "full")
+    model, inputs = workloads.build(workload, "cpu", "full")
     j = truth.capture_joint(model, inputs, torch.bfloat16, pre_grad)
     return j, seen["chunks"], seen["chunk_tokens"]
 

@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--timeout", type=int, default=900)
-    p.add_argument("--below", type=float, default=0.9, help="a second budget, this fraction of the anchor's peak")
+    p.add_argument("--below", type=float, default=0.9,
+                   help="a second budget, this fraction of the anchor's peak (0: none)")
+    p.add_argument("--no-inductor", action="store_true", help="leave out Inductor without a budget")
     p.add_argument("--fresh-cache", action="store_true",
                    help="a new Inductor cache dir per run (first steps then include cold kernel compiles)")
     p.add_argument("--json", required=True)
@@ -65,12 +67,14 @@ def main(argv: list[str] | None = None) -> None:
     for model in args.models.split(","):
         workload, anchor_workload, anchor_config = ANCHORS[model]
         anchor = record(model, "anchor", anchor_workload, anchor_config)
-        record(model, "inductor", workload, "inductor")
+        if not args.no_inductor:
+            record(model, "inductor", workload, "inductor")
         target = anchor.get("peak_allocated_bytes") or anchor.get("peak_reserved_bytes")
         if not target:
             continue  # on CPU no peak is measured: the anchor's budget is unknown
         record(model, "dsgraph@anchor", workload, f"dsgraph:memory_budget={target}")
-        record(model, f"dsgraph@{args.below:g}x", workload, f"dsgraph:memory_budget={int(target * args.below)}")
+        if args.below:
+            record(model, f"dsgraph@{args.below:g}x", workload, f"dsgraph:memory_budget={int(target * args.below)}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from .base import Analysis
+from .forward_variants import forward_variant
 from .lifetimes import is_view, node_bytes, tensor_bytes, tensor_values
 
 
@@ -241,7 +242,26 @@ def node_flops(node: Node) -> int:
     return int(compat.size_hint(flops)) if not isinstance(flops, int) else flops
 
 
+# ops whose FLOPs run in another dtype than their first output's (a fused op returning an fp32
+# loss from bf16 matmuls): op -> fn(node) -> the dtype its matmuls run in
+_FLOP_DTYPE: dict[Any, Any] = {}
+
+
+def register_flop_dtype(op: Any, fn) -> None:
+    """``fn(node)``: the dtype a call of ``op`` at ``node`` does its FLOPs in. Without it a
+    node's FLOPs are priced at its first output's dtype, which for
+    ``dsgraph::linear_cross_entropy_grads`` is the fp32 loss: its three bf16 GEMMs were
+    priced at the fp32 rate, 13x too slow (a 24-layer GPT's recomputed loss head 41 ms)."""
+    _FLOP_DTYPE[op] = fn
+
+
 def _dtype(node: Node) -> torch.dtype:
+    try:
+        fn = _FLOP_DTYPE.get(node.target)
+    except TypeError:  # an unhashable callable: not a registered op
+        fn = None
+    if fn is not None:
+        return fn(node)
     vals = tensor_values(node.meta.get("val"))
     return vals[0][1].dtype if vals else torch.float32
 
@@ -264,29 +284,44 @@ class CostModel(Analysis):
         for node in gm.graph.nodes:
             flops = node_flops(node)
             moved = node_bytes_moved(node)
-            vals = tensor_values(node.meta.get("val"))
-            dtype = vals[0][1].dtype if vals else torch.float32
+            dtype = _dtype(node)
             charged = moved if (rates.flop_op_bytes or not flops) else 0
             seconds = flops / rates.node_flop_rate(node, dtype) + charged / rates.memory_rate
             if moved or flops:
                 seconds += rates.launch_s
             self.costs[node] = NodeCost(flops, moved, seconds)
+        # what recomputing a node costs in FLOPs, where that is not its own FLOPs: an op the
+        # forward then runs in a lighter form (``forward_variants``) costs the FLOPs the
+        # forward still computes, the backward's call computing the rest
+        self.recompute_flops: dict[Node, int] = {}
+        for node in gm.graph.nodes:
+            variant = forward_variant(node)
+            if variant is not None and node in self.costs:
+                self.recompute_flops[node] = min(int(variant.flops(node)), self.costs[node].flops)
 
     @classmethod
     def compute(cls, gm: GraphModule, ctx: Any) -> "CostModel":
         return cls(gm)
 
     def seconds(self, nodes) -> float:
-        """Each node as its own kernel (FX execution)."""
-        return sum(self.costs[n].seconds for n in nodes)
+        """Recomputing ``nodes``, each as its own kernel (FX execution)."""
+        total = 0.0
+        for n in nodes:
+            total += self.costs[n].seconds
+            if n in self.recompute_flops:
+                total -= (self.costs[n].flops - self.recompute_flops[n]) / self.rates.node_flop_rate(n, _dtype(n))
+        return total
+
+    def _flops_recomputed(self, n: Node) -> int:
+        return self.recompute_flops.get(n, self.costs[n].flops)
 
     def fused_seconds(self, nodes, held) -> float:
-        """``nodes`` run as Inductor would run them: every node's FLOPs, but memory traffic
+        """Recomputing ``nodes`` as Inductor would run them: every node's FLOPs, but memory traffic
         only for tensors that exist in memory: what the group reads from outside itself or
         from its ``held`` members (materialized: matmul outputs, reductions, what matmuls
         read), and what its held members write. Inlined pointwise values cost no bytes."""
         group = set(nodes)
-        flop_seconds = sum(self.costs[n].flops / self.rates.node_flop_rate(n, _dtype(n)) for n in group)
+        flop_seconds = sum(self._flops_recomputed(n) / self.rates.node_flop_rate(n, _dtype(n)) for n in group)
         # with ``flop_op_bytes`` off, an op with FLOPs is its own kernel whose time holds its
         # reads and writes; the bytes are those of the memory-bound members only
         flop_ops = set() if self.rates.flop_op_bytes else {n for n in group if self.costs[n].flops}

@@ -92,6 +92,9 @@ class EmulatedGraph:
     # and weight), a buffer freed after it (a parameter the backward receives a handle on,
     # which the layout optimization leaves alone: ``compile.partition_edit``)
     conv_copied_inputs: frozenset = frozenset()
+    # multi-output ops that run in a lighter form here (``forward_variants``: the forward of
+    # a plan that recomputes them): node -> the tuple elements that form returns
+    light: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -399,7 +402,10 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             loaded |= loads_of(j)
         step = kernel(i, loaded, EXTERN)
         first = len(buffers)
-        if op.multi:
+        if op.multi and i in g.light:
+            state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)
+                                  if op.elements[k] in g.light[i]})
+        elif op.multi:
             state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
         elif op.nbytes:
             state[i] = ("buf", new_buffer(i, op.bytes, step))

@@ -42,6 +42,7 @@ from .inductor_ops import GETITEM, PLACEHOLDER, VIEW, OpInfo, Rules, classify
 from .lifetimes import TensorLifetimes, tensor_values
 from .step_order import mimic_autograd, raise_getitems, sink_recomputation
 from .sweep import live_per_step
+from .forward_variants import forward_variant
 from .workspace import workspace_bytes
 
 FX, INDUCTOR = "fx", "inductor"
@@ -154,6 +155,19 @@ class StepModel:
         elements: dict[int, list[int]] = {}
         for (node, _), s in lifetimes._elements.items():
             elements.setdefault(index[node], []).append(s.id)
+        # ops that run in a lighter form in the forward when the backward recomputes them
+        # (``forward_variants``): the storages of the elements that form still returns, and
+        # its workspace
+        self.variant_alloc: dict[int, tuple[int, ...]] = {}
+        self.variant_workspace: dict[int, int] = {}
+        self.variant_kept: dict[int, frozenset] = {}
+        for i, n in enumerate(nodes):
+            variant = forward_variant(n)
+            if variant is not None:
+                kept = {lifetimes._elements[(n, k)].id for k in variant.kept if (n, k) in lifetimes._elements}
+                self.variant_alloc[i] = tuple(s for s in self.alloc[i] if s in kept)
+                self.variant_workspace[i] = int(variant.workspace(n))
+                self.variant_kept[i] = frozenset(variant.kept)
         # storages each node keeps alive by reading it (a multi-output node: all its elements)
         self.uses: list[tuple[int, ...]] = []
         for i in range(n_nodes):
@@ -217,10 +231,13 @@ class StepModel:
         """``explain``: keep every interval with a label (``StepPeak.live_at``)."""
         fw_order, bw_order, fw_inputs, used_saved, recomputed = self.partition(saved, sink)
         labels = [] if explain else None
+        # recomputed ops with a lighter forward form: the forward runs that form
+        # (``recompute.light_forward`` rewrites the partition's forward the same way)
+        light = frozenset(i for i in recomputed if i in self.variant_alloc)
         if executor == FX:
-            return self._fx(fw_order, bw_order, used_saved, recomputed, labels)
+            return self._fx(fw_order, bw_order, used_saved, recomputed, labels, light)
         if executor == INDUCTOR:
-            return self._inductor(fw_order, bw_order, fw_inputs, used_saved, recomputed, labels)
+            return self._inductor(fw_order, bw_order, fw_inputs, used_saved, recomputed, labels, light)
         raise ValueError(f"executor must be 'fx' or 'inductor', not {executor!r}")
 
     def _clock(self, fw_steps: list[int], bw_steps: list[int]):
@@ -228,12 +245,14 @@ class StepModel:
         steps.append(("end", -1))
         return steps, 1, 1 + len(fw_steps), 1 + len(fw_steps) + len(bw_steps)
 
-    def _result(self, executor, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels=None) -> StepPeak:
+    def _result(self, executor, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels=None,
+                light=frozenset()) -> StepPeak:
         if self.workspace:
             intervals = list(intervals)
             for step, (graph, i) in enumerate(steps):
                 if i in self.workspace:
-                    intervals.append((step, step, self.workspace[i]))
+                    light_here = graph == "forward" and i in light
+                    intervals.append((step, step, self.variant_workspace[i] if light_here else self.workspace[i]))
                     if labels is not None:
                         labels.append(f"{graph}:{self.nodes[i].name}:workspace")
         live = live_per_step(len(steps), intervals)
@@ -245,7 +264,7 @@ class StepModel:
         return StepPeak(live[peak_step], executor, peak_step, live, steps, fw_order, bw_order, used_saved,
                         recomputed, self.external, explained)
 
-    def _fx(self, fw_order, bw_order, used_saved, recomputed, labels=None) -> StepPeak:
+    def _fx(self, fw_order, bw_order, used_saved, recomputed, labels=None, light=frozenset()) -> StepPeak:
         steps, fw0, bw0, end = self._clock(fw_order, bw_order)
         sbytes = self.storage_bytes
         primal_storages = self.primal_storages
@@ -262,7 +281,7 @@ class StepModel:
         user_out = {self.storage_of[i] for i in self.fwd_outputs}
         intervals = []
         for k, i in enumerate(fw_order):
-            for s in self.alloc[i]:
+            for s in (self.variant_alloc[i] if i in light else self.alloc[i]):
                 if s in user_out:
                     stop = end
                 elif s in saved_storages:
@@ -290,10 +309,10 @@ class StepModel:
                 if labels is not None:
                     labels.append(f"backward:{self.nodes[i].name}")
         del fw_alloc
-        return self._result(FX, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels)
+        return self._result(FX, intervals, steps, fw_order, bw_order, used_saved, recomputed, labels, light)
 
     def _graph(self, order, inputs, outputs, donated=frozenset(), pooled=frozenset(),
-               arrive_channels_last=frozenset()) -> EmulatedGraph:
+               arrive_channels_last=frozenset(), light=frozenset()) -> EmulatedGraph:
         """``arrive_channels_last``: inputs the forward returned as channels-last copies."""
         members = set(order) | set(inputs)
         output_set = set(outputs)
@@ -317,9 +336,10 @@ class StepModel:
         conv_copied = frozenset()
         if layout_opt:
             conv_copied = frozenset(i for i in inputs if self.not_channels_last[i]) - set(copies) - arrive_channels_last
+        kept = {i: self.variant_kept[i] for i in light}
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
                              frozenset(donated), pointwise, self.index_maps, layout_opt, copies, frozenset(pooled),
-                             conv_copied)
+                             conv_copied, kept)
 
     def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
@@ -336,13 +356,14 @@ class StepModel:
             memo[key] = found
         return found
 
-    def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None) -> StepPeak:
+    def _inductor(self, fw_order, bw_order, fw_inputs, used_saved, recomputed, labels=None,
+                  light=frozenset()) -> StepPeak:
         saved_out = [i for i in used_saved if self.info[i].kind != PLACEHOLDER]
         # saved inputs are forward outputs too: with layout optimization Inductor may
         # return a channels-last copy of one (``inductor_layout``), a buffer of the forward
         saved_inputs = [i for i in used_saved if self.info[i].kind == PLACEHOLDER]
         fw_outputs = list(dict.fromkeys(self.fwd_outputs + saved_out + saved_inputs))
-        fw_graph = self._graph(fw_order, fw_inputs, fw_outputs)
+        fw_graph = self._graph(fw_order, fw_inputs, fw_outputs, light=light)
         fw_run = emulate(fw_graph, self.rules)
         bw_members = set(bw_order)
         bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in bw_members for u in self.users[t]))
@@ -393,7 +414,7 @@ class StepModel:
             if labels is not None:
                 labels.append(f"backward:{self.nodes[b.node].name}")
         return self._result(INDUCTOR, intervals, steps, fw_run.schedule, bw_run.schedule, used_saved, recomputed,
-                            labels)
+                            labels, light)
 
 
 def _device_type(nodes: list[Node]) -> str:

@@ -19,6 +19,7 @@ from .. import compat
 from ..analysis.lifetimes import storage_nbytes
 from ..analysis.step import saved_names  # noqa: F401  (re-exported: the planner's modules use it)
 from .joint import JointGraph
+from .light_forward import lighten_forward
 
 
 @dataclass
@@ -92,6 +93,7 @@ def partition(joint: JointGraph, saved: Iterable[Node], static_input_indices) ->
         if n.name in recomputed:
             n.meta["dsgraph_recomputed"] = True
     sink_recomputation(bw)
+    lighten_forward(fw)
     return fw, bw
 
 

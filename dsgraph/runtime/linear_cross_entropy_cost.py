@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ..analysis.cost_model import register_flop_dtype
+from ..analysis.forward_variants import ForwardVariant, register_forward_variant
 from ..analysis.workspace import register_workspace
 from . import linear_cross_entropy as lce
 
@@ -130,15 +132,16 @@ def workspace_bytes(n_tokens: int, dim: int, vocab: int, *, x_dtype: torch.dtype
     return max(first - outputs, loop, *end, 0)
 
 
-def _node_workspace(node) -> int:
-    """Workspace of a node calling one of the two ops, from its arguments' fake tensors."""
+def _node_workspace(node, as_loss: bool = False) -> int:
+    """Workspace of a node calling one of the two ops, from its arguments' fake tensors
+    (``as_loss``: of the loss-only op called with the same arguments)."""
     from ..compat import size_hint
 
     args = list(node.args)
     x, w, b = (a.meta.get("val") if hasattr(a, "meta") else a for a in args[:3])
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
         return 0
-    grads = node.target is lce.GRADS_OP
+    grads = node.target is lce.GRADS_OP and not as_loss
     wants = [bool(a) for a in args[10:13]] if grads else [False] * 3
     n_tokens, dim = (size_hint(s) for s in x.shape)
     return workspace_bytes(
@@ -149,5 +152,28 @@ def _node_workspace(node) -> int:
         want_b=wants[2], reduction=args[5])
 
 
+def _node_mm_dtype(node) -> torch.dtype:
+    """The op's GEMMs run in ``mm_dtype`` (argument 7), not in its fp32 loss's dtype."""
+    dtype = node.args[7] if len(node.args) > 7 else node.kwargs.get("mm_dtype")
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
+def _node_loss_flops(node) -> int:
+    from ..compat import size_hint
+
+    x, w = (a.meta.get("val") if hasattr(a, "meta") else a for a in node.args[:2])
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
+        return 0
+    return _flops([size_hint(s) for s in x.shape], [size_hint(s) for s in w.shape], False)
+
+
+# a plan that recomputes the grads op in the backward runs the loss-only op in the forward
+# (analysis.forward_variants): the same chunk loop without the gradients, the loss bitwise
+# the same (the gradients do not feed it, on either path)
+register_forward_variant(lce.GRADS_OP, ForwardVariant(
+    target=lce.LOSS_OP, args=lambda node: tuple(node.args[:10]), kept=(0,),
+    workspace=lambda node: _node_workspace(node, as_loss=True), flops=_node_loss_flops))
+register_flop_dtype(lce.LOSS_OP, _node_mm_dtype)
+register_flop_dtype(lce.GRADS_OP, _node_mm_dtype)
 register_workspace(lce.LOSS_OP, _node_workspace)
 register_workspace(lce.GRADS_OP, _node_workspace)
