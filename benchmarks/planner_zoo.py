@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     ns = argparse.Namespace(regimes="none", size=args.size, steps=args.steps, dtype="bf16", device=device,
                             parity=False, fresh_cache=args.fresh_cache, timeout=args.timeout)
-    out = {"environment": bench_run.environment(sys.argv if argv is None else argv), "records": []}
+    env = bench_run.environment(sys.argv[1:] if argv is None else argv, "benchmarks.planner_zoo")
+    out = {"environment": env, "records": []}
 
     def record(model: str, role: str, workload: str, config: str) -> dict:
         rec = bench_run.run_one(ns, workload, config)[0]

@@ -30,7 +30,8 @@ from benchmarks import configs, workloads
 GIB = 2**30
 
 
-def environment(argv: list[str]) -> dict[str, Any]:
+def environment(argv: list[str], module: str = "benchmarks.run") -> dict[str, Any]:
+    """``argv``: the arguments after the module's name."""
     import dsgraph
 
     env = {
@@ -38,7 +39,7 @@ def environment(argv: list[str]) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "dsgraph": dsgraph.__version__,
-        "command": "python -m benchmarks.run " + " ".join(argv),
+        "command": f"python -m {module} " + " ".join(argv),
     }
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
