@@ -11,8 +11,10 @@
 6. Candidates, fixed before the budget is looked at: every uniform plan evaluated in 4,
    a uniform ``cheap`` plan with its first r intervals recomputed for every r
    (``_prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
-   frontier (the smallest ones always), each evaluated exactly. The plan is the fastest
-   candidate whose exact peak plus ``margin`` fits the budget.
+   frontier (the smallest ones always), each evaluated exactly; a descent from the smallest
+   of them at its peak (``_descend``), and that plan made cheaper where its exact peak does
+   not rise (``_relax``). The plan is the fastest candidate whose exact peak plus ``margin``
+   fits the budget.
 
 Monotone: the candidates and their exact peaks do not depend on the budget, and the
 choice is the fastest candidate that fits, so a smaller budget never gets a larger
@@ -50,6 +52,7 @@ from .solver import Point, pareto_dp
 MAX_SPAN = 3  # longest run of segments one option covers (terms measured per length)
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
 MAX_DESCENT_STEPS = 8  # changes to the smallest plan, each at the interval where its peak is
+MAX_RELAXED = 4  # the smallest plan's dearest intervals tried with cheaper options
 
 
 @dataclass
@@ -277,6 +280,10 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     improved = _descend(evaluator, intervals, smallest_so_far.plan, MAX_DESCENT_STEPS)
     if improved.peak.peak < smallest_so_far.peak:
         candidates.append(_candidate(improved, joint, costs, held, fused))
+    # ``improved`` is the smallest plan so far also when the descent found nothing smaller
+    relaxed = _relax(evaluator, intervals, improved, MAX_RELAXED)
+    if relaxed is not improved:
+        candidates.append(_candidate(relaxed, joint, costs, held, fused))
     candidates.sort(key=lambda c: (c.seconds, c.peak, c.name))
     bound = lower_bound(joint, model, executor)
     fits = [c for c in candidates if c.peak + margin <= budget]
@@ -384,6 +391,29 @@ def _descend(evaluator: PlanEvaluator, intervals: Intervals, plan: list[Option],
                     best = result
         if best is before:
             break
+    return best
+
+
+def _relax(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, tries: int) -> Evaluated:
+    """The smallest plan made cheaper where that costs no peak: its ``tries`` dearest
+    intervals, dearest first, each take the cheapest other option of the same span whose
+    exact peak is not above the plan's. The peak is at one place; an interval whose
+    recomputation does not shape it is recomputed for nothing (a 24-layer GPT at per-block
+    checkpointing's memory: the smallest plan recomputed the loss head, 1.7 ms priced,
+    where keeping it lowers the peak too; the descent only changes the interval at the
+    peak, and the composed model missed it). At most ``2 * tries`` evaluations; independent
+    of any budget, like the other candidates."""
+    best = base
+    dearest = sorted(range(len(base.plan)), key=lambda k: -base.plan[k].seconds)[:tries]
+    for k in dearest:
+        current = best.plan[k]
+        options = [intervals.option(p, current.start, current.stop) for p in POLICIES if p != current.policy]
+        for option in sorted((o for o in options if o.seconds < current.seconds), key=lambda o: o.seconds):
+            trial = best.plan[:k] + [option] + best.plan[k + 1:]
+            result = evaluator.evaluate(trial, "relaxed")
+            if result.peak.peak <= best.peak.peak:
+                best = result
+                break
     return best
 
 
