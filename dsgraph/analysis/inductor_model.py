@@ -86,12 +86,15 @@ class EmulatedGraph:
     # the slot. Each slot is a graph input (``dsgraph_grad_<k>``) that Inductor's peak
     # estimate counts as freeable (``Buffer.slot``)
     pooled: frozenset = frozenset()
-    # graph inputs not in channels-last layout that a convolution reads with layout
-    # optimization on and no copy took the input's place (``channels_last_inputs``): the
-    # convolution's lowering copies them for itself (``require_channels_last`` on its input
-    # and weight), a buffer freed after it (a parameter the backward receives a handle on,
-    # which the layout optimization leaves alone: ``compile.partition_edit``)
+    # graph inputs not in channels-last layout, no copy taking their place: a parameter the
+    # backward has a handle on (``compile.partition_edit``). A convolution's lowering copies
+    # one for itself where it asks for channels last (``OpInfo.channels_last_args``; without
+    # layout optimization only a ``convolution_backward`` whose input arrived channels last)
     conv_copied_inputs: frozenset = frozenset()
+    # graph inputs the forward returned channels last (its ``channels_last_outputs`` and
+    # copies of ``channels_last_inputs``), and this graph's computed 4-D outputs stored so
+    channels_last_arrivals: frozenset = frozenset()
+    channels_last_outputs: Sequence[int] = ()
 
 
 @dataclass
@@ -373,10 +376,14 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         # ``realize_input`` then stores what is left (a view's base, an expression)
         loaded = set()
         rest = []
-        if g.layout_opt and op.name == "convolution" and g.conv_copied_inputs:
+        wanted = op.channels_last_args if g.conv_copied_inputs else ()
+        if wanted and not g.layout_opt and not (0 <= op.conv_input < len(args)
+                                                and args[op.conv_input] in g.channels_last_arrivals):
+            wanted = ()
+        if wanted:
             for p, j in enumerate(args):
                 r = resolve(j)
-                if p < 2 and j in g.conv_copied_inputs and r[0] == "buf" and buffers[r[1]].input:
+                if p in wanted and j in g.conv_copied_inputs and r[0] == "buf" and buffers[r[1]].input:
                     copy = kernel(j, {(r[1], None)}, POINTWISE)
                     loaded.add((new_buffer(j, info[j].bytes, copy), None))
                 else:
@@ -437,12 +444,14 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if r[0] in ("buf", "view") and r[1] is not None:
             buffers[r[1]].output = True
             run.output_buffers[o] = r[1]
+    slotted = set()  # buffers copied into a slot: read by the copy, right after their kernel
     for o in g.pooled:
         k = run.output_buffers.get(o)
         if k is None:
             continue
         written = buffers[k]
         into_slot(written, o, g, rules)
+        slotted.add(k)
         if written.kernel >= 0:
             slot = new_buffer(o, info[o].bytes, -1)
             buffers[slot].input = buffers[slot].slot = True
@@ -464,8 +473,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         for b, _ in loaded:
             if buffers[b].end < at:
                 buffers[b].end = at
-    for b in buffers:
-        if b.start >= 0 and b.end < b.start and b.end >= 0:
+    for k, b in enumerate(buffers):
+        if b.start >= 0 and b.end < b.start and (b.end >= 0 or k in slotted):
             b.end = b.start
     for b, nbytes in zip(buffers, original):
         b.planned = (b.start, b.end, nbytes)
