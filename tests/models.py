@@ -62,3 +62,39 @@ def gpt_batch(batch=3, seq=11, vocab=61, seed=0):
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, vocab, (batch, seq), generator=g)
     return idx, torch.randint(0, vocab, (batch, seq), generator=g)
+
+
+class BasicBlock(nn.Module):
+    """ResNet's two 3x3 convolutions with BatchNorm and a shortcut (a 1x1 convolution
+    where the block changes the stride or the channels)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(out + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    """torchvision's resnet18 in pure torch (a 7x7 stem, max pooling, four stages of two
+    blocks, 64 to 512 channels), with the cross-entropy loss: ``model(images, labels)``."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+        blocks, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x, y):
+        x = self.blocks(F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1))
+        return F.cross_entropy(self.fc(x.mean((2, 3))), y)

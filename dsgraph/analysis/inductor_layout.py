@@ -12,6 +12,11 @@ returns the copy as the saved tensor: on the CNN of the zoo the input batch and 
 convolution weight, 125,292 B that live from the forward's first kernel to their last use
 in the backward (torch 2.13, the CNN's generated forward returns ``buf0`` .. ``buf9``,
 ``cpp_fused_add_copy__0``). Checked against torch 2.11 to 2.13 (``graph.py``).
+
+The backward receives the computed buffers so (AOTAutograd lays the saved inputs out by
+the forward's output strides): a ``convolution_backward`` reading one in a backward
+without layout optimization computes channels-last gradients and copies a weight that
+arrives contiguous (a gradient pool's handle) to match (``inductor_model.emulate``).
 """
 
 from __future__ import annotations
@@ -27,20 +32,27 @@ from .. import compat
 _NO_PROPAGATION = (torch.ops.aten.bmm.default,)
 
 
-def copied_to_channels_last(node: Node) -> bool:
-    """Whether a graph input ``node`` that Inductor gives channels-last strides is copied:
-    a 4-D dense tensor whose significant strides (sizes above 1) are not already
-    channels last (``require_strides``: ``significant_strides_equal``)."""
+def dense_4d(node: Node) -> bool:
+    """A 4-D dense tensor with static strides: a graph output ``run_node`` can give
+    channels-last strides."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dim() != 4:
         return False
     try:
-        sizes = [int(s) for s in val.shape]
-        strides = [int(s) for s in val.stride()]
+        [int(s) for s in (*val.shape, *val.stride())]
     except (TypeError, ValueError):  # symbolic: not decided here
         return False
-    if not compat.non_overlapping_and_dense(val):
+    return compat.non_overlapping_and_dense(val)
+
+
+def copied_to_channels_last(node: Node) -> bool:
+    """Whether a graph input ``node`` that Inductor gives channels-last strides is copied:
+    a 4-D dense tensor whose significant strides (sizes above 1) are not already
+    channels last (``require_strides``: ``significant_strides_equal``)."""
+    if not dense_4d(node):
         return False
+    val = node.meta["val"]
+    sizes, strides = [int(s) for s in val.shape], [int(s) for s in val.stride()]
     n, c, h, w = sizes
     wanted = [h * w * c, 1, w * c, c]
     return any(size > 1 and a != b for size, a, b in zip(sizes, strides, wanted))
@@ -61,14 +73,17 @@ def prefer_channels_last(order: Sequence[int], inputs: Sequence[int], users: Seq
     return found
 
 
-def channels_last_copies(order: Sequence[int], inputs: Sequence[int], outputs: set[int], copied: Sequence[bool],
-                         user_visible: frozenset, users: Sequence[Sequence[int]], is_convolution: Sequence[bool],
-                         targets: Sequence[object]) -> list[int]:
+def channels_last_copies(inputs: Sequence[int], outputs: set[int], copied: Sequence[bool], user_visible: frozenset,
+                         prefer: set[int]) -> list[int]:
     """The graph inputs of one graph with layout optimization that Inductor copies to
     channels last: outputs, not user visible, ``copied`` (``copied_to_channels_last``) and
-    preferring channels last, in input order."""
-    wanted = [i for i in inputs if i in outputs and copied[i] and i not in user_visible]
-    if not wanted:
-        return []
-    prefer = prefer_channels_last(order, inputs, users, is_convolution, targets)
-    return [i for i in wanted if i in prefer]
+    in ``prefer`` (``prefer_channels_last``), in input order."""
+    return [i for i in inputs if i in outputs and copied[i] and i not in user_visible and i in prefer]
+
+
+def channels_last_outputs(order: Sequence[int], outputs: set[int], dense: Sequence[bool], user_visible: frozenset,
+                          prefer: set[int]) -> list[int]:
+    """The computed outputs of one graph with layout optimization that ``run_node`` gives
+    channels-last strides (4-D dense, not user visible, in ``prefer``): the saved
+    activations of a CNN's forward, which the backward receives so."""
+    return [i for i in order if i in outputs and dense[i] and i not in user_visible and i in prefer]

@@ -39,108 +39,14 @@ user counts, outputs) and returns the plan's steps and buffers as ``InductorRun`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
+from .inductor_graph import Buffer, EmulatedGraph, InductorRun  # noqa: F401  (re-exported)
 from .inductor_index import IndexMaps
 from .inductor_reuse import reuse_in_place, reuse_pool
 from .inductor_rewrites import addmm_patterns, into_slot
-from .inductor_ops import CAT, EXTERN, GETITEM, MUTATE, POINTWISE, REDUCTION, SCATTER, VIEW, OpInfo, Rules
+from .inductor_ops import CAT, EXTERN, GETITEM, MUTATE, POINTWISE, REDUCTION, SCATTER, VIEW, Rules
 from .inductor_scheduler import _fuse_local
-
-
-@dataclass
-class EmulatedGraph:
-    """One graph as Inductor lowers it: ``order`` (node ids in execution order, graph
-    inputs excluded), ``inputs`` (ids of graph inputs, which are buffers), ``ins[i]`` (the
-    ids node i reads, in argument order), ``users[i]`` (how many distinct nodes of this
-    graph read node i, the output included), ``realizing_users[i]`` (a user of node i is a
-    ``needs_realized_inputs`` op), ``outputs`` (ids the graph returns), ``donated``
-    (inputs whose buffer the graph may write into once they are dead),
-    ``getitem_index[i]`` (which element of a multi-output node a getitem takes)."""
-
-    order: Sequence[int]
-    inputs: Sequence[int]
-    ins: Sequence[Sequence[int]]
-    users: Sequence[int]
-    outputs: Sequence[int]
-    info: Sequence[OpInfo]
-    getitem_index: dict
-    realizing_users: Sequence[bool]
-    donated: frozenset = frozenset()
-    # every user of node i is pointwise (through views); StepModel fills it for the
-    # two-input adds, the nodes ``addmm_patterns`` asks about
-    pointwise_users: Sequence[bool] | dict = ()
-    # canonical index maps, shared by the emulations of one graph (memoized compositions)
-    maps: IndexMaps | None = None
-    # Inductor's layout optimization is on for this graph (``decide_layout_opt``): the
-    # convolutions' stride constraints do not apply
-    layout_opt: bool = False
-    # graph inputs Inductor copies to channels last before the first node, the copy
-    # taking the input's place (``dsgraph.analysis.inductor_layout``)
-    channels_last_inputs: Sequence[int] = ()
-    # outputs the gradient pool takes (``dsgraph.passes.grad_pool``): the backward writes
-    # them into their slots and returns None for them, so to the scheduler they are no
-    # outputs: ``mm_into_`` and the add + ``copy_`` fused into the kernel that computes the
-    # gradient allocate nothing; another kernel's own output is freed after its copy into
-    # the slot. Each slot is a graph input (``dsgraph_grad_<k>``) that Inductor's peak
-    # estimate counts as freeable (``Buffer.slot``)
-    pooled: frozenset = frozenset()
-    # graph inputs not in channels-last layout that a convolution reads with layout
-    # optimization on and no copy took the input's place (``channels_last_inputs``): the
-    # convolution's lowering copies them for itself (``require_channels_last`` on its input
-    # and weight), a buffer freed after it (a parameter the backward receives a handle on,
-    # which the layout optimization leaves alone: ``compile.partition_edit``)
-    conv_copied_inputs: frozenset = frozenset()
-    # multi-output ops that run in a lighter form here (``forward_variants``: the forward of
-    # a plan that recomputes them): node -> the tuple elements that form returns
-    light: dict = field(default_factory=dict)
-
-
-@dataclass
-class Buffer:
-    nbytes: int
-    dtype: object
-    start: int  # kernel step that writes it (-1: a graph input)
-    end: int  # last kernel step that reads it (-1: never read)
-    node: int  # the node whose value it holds
-    output: bool = False  # outlives the graph
-    input: bool = False
-    reused_by: int = -1  # another buffer written into this one (in-place reuse)
-    removed: bool = False  # kernel-local after fusion: never allocated
-    planned: tuple = ()  # (start, end, bytes) as Inductor's peak estimate sees it (before fusion and reuse)
-    planned_bytes: int = 0  # its bytes before fusion made it kernel-local
-    kernel: int = -1  # the kernel that writes it
-    self_allocated: bool = False  # made by a fallback kernel, not by the wrapper (``OpInfo.self_allocating``)
-    # a fallback kernel's output Inductor assumes unaligned (one of the kernel's inputs is:
-    # on a CPU every graph input is): the wrapper's pool never hands it to an allocation
-    unaligned: bool = False
-    # a pooled gradient's slot (``EmulatedGraph.pooled``), a graph input the kernel that
-    # writes the gradient reads. Its bytes are the pool's, outside the graph's plan, but
-    # ``get_freeable_input_buf`` takes every input not named ``primals_``/``tangents``
-    # (``is_nonfreeable_buffers``) as freed after its last reader: ``reorder_for_peak_memory``
-    # and the wrapper's pool reuse hold it live until then (issue: a ViT's backward with
-    # the pool ran the FFN's weight-gradient ``mm_into_`` before its input gradient's mm)
-    slot: bool = False
-
-    def freeable_input(self, donated) -> bool:
-        """A graph input Inductor's peak estimate frees after its last reader."""
-        return self.input and (self.slot or self.node in donated)
-
-
-@dataclass
-class InductorRun:
-    kernels: list[int]  # per step: the node whose realization (or extern call) it is
-    kinds: list[int] = field(default_factory=list)  # per step: what the kernel is (POINTWISE, EXTERN, ...)
-    buffers: list[Buffer] = field(default_factory=list)
-    input_last: dict = field(default_factory=dict)  # graph input id -> last step reading it (-1: none)
-    output_buffers: dict = field(default_factory=dict)  # output node id -> buffer index
-    # per scheduled step (fused groups placed and reordered): the node of the group's
-    # latest kernel. Buffers' ``start`` / ``end`` are on this clock, not ``kernels``'
-    schedule: list[int] = field(default_factory=list)
-    # per scheduled step: the nodes of the kernels fused into it (for diagnostics, to
-    # hold against Inductor's fused kernels; the plan does not read it)
-    groups: list[list[int]] = field(default_factory=list)
 
 
 class _Expr:
@@ -185,6 +91,12 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         dtypes = info[node].dtypes
         buffers.append(Buffer(nbytes, dtypes[element] if element < len(dtypes) else None, step, -1, node, kernel=step))
         return len(buffers) - 1
+
+    def multi_buffers(node: int, op, step: int) -> tuple:
+        """A multi-output op's element buffers (those its lighter form returns, if it runs so)."""
+        kept = g.light.get(node)
+        return ("multi", {op.elements[k]: new_buffer(node, nb, step, k) for k, nb in enumerate(op.nbytes)
+                          if kept is None or op.elements[k] in kept})
 
     for i in g.inputs:
         b = new_buffer(i, info[i].bytes, -1)
@@ -362,7 +274,7 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 r = resolve(args[0]) if args else ("none",)
                 state[i] = _view_state(r, None, None, compose)
             elif op.multi:
-                state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
+                state[i] = multi_buffers(i, op, step)
             else:
                 state[i] = ("buf", new_buffer(i, op.bytes, step))
                 if kind == REDUCTION and op.own_ops:  # mean: the sum's buffer divided by the count
@@ -376,10 +288,14 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         # ``realize_input`` then stores what is left (a view's base, an expression)
         loaded = set()
         rest = []
-        if g.layout_opt and op.name == "convolution" and g.conv_copied_inputs:
+        wanted = op.channels_last_args if g.conv_copied_inputs else ()
+        if wanted and not g.layout_opt and not (0 <= op.conv_input < len(args)
+                                                and args[op.conv_input] in g.channels_last_arrivals):
+            wanted = ()
+        if wanted:
             for p, j in enumerate(args):
                 r = resolve(j)
-                if p < 2 and j in g.conv_copied_inputs and r[0] == "buf" and buffers[r[1]].input:
+                if p in wanted and j in g.conv_copied_inputs and r[0] == "buf" and buffers[r[1]].input:
                     copy = kernel(j, {(r[1], None)}, POINTWISE)
                     loaded.add((new_buffer(j, info[j].bytes, copy), None))
                 else:
@@ -402,11 +318,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             loaded |= loads_of(j)
         step = kernel(i, loaded, EXTERN)
         first = len(buffers)
-        if op.multi and i in g.light:
-            state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)
-                                  if op.elements[k] in g.light[i]})
-        elif op.multi:
-            state[i] = ("multi", {op.elements[k]: new_buffer(i, nb, step, k) for k, nb in enumerate(op.nbytes)})
+        if op.multi:
+            state[i] = multi_buffers(i, op, step)
         elif op.nbytes:
             state[i] = ("buf", new_buffer(i, op.bytes, step))
         else:
@@ -443,12 +356,14 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         if r[0] in ("buf", "view") and r[1] is not None:
             buffers[r[1]].output = True
             run.output_buffers[o] = r[1]
+    slotted = set()  # buffers copied into a slot: read by the copy, right after their kernel
     for o in g.pooled:
         k = run.output_buffers.get(o)
         if k is None:
             continue
         written = buffers[k]
         into_slot(written, o, g, rules)
+        slotted.add(k)
         if written.kernel >= 0:
             slot = new_buffer(o, info[o].bytes, -1)
             buffers[slot].input = buffers[slot].slot = True
@@ -470,8 +385,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         for b, _ in loaded:
             if buffers[b].end < at:
                 buffers[b].end = at
-    for b in buffers:
-        if b.start >= 0 and b.end < b.start and b.end >= 0:
+    for k, b in enumerate(buffers):
+        if b.start >= 0 and b.end < b.start and (b.end >= 0 or k in slotted):
             b.end = b.start
     for b, nbytes in zip(buffers, original):
         b.planned = (b.start, b.end, nbytes)

@@ -141,6 +141,17 @@ class OpInfo:
     # element left out: the loop a pointwise kernel runs over, which the CPU scheduler's
     # horizontal fusion compares (``loop_shape``)
     shape: tuple = ()
+    # the inputs (positions in ``maps``' order) a 2-D convolution's lowering asks for in
+    # channels-last layout with layout optimization on (``require_channels_last``), which
+    # copies a graph input in another layout: a convolution's input and weight;
+    # ``convolution_backward``'s output gradient, its input for the weight gradient and its
+    # weight for the input gradient (by ``output_mask``: the stem's weight is not copied)
+    channels_last_args: tuple = ()
+    # ``convolution_backward``'s input (its position, -1: another op): without layout
+    # optimization its lowering asks the same inputs for its results' strides
+    # (``require_stride_order``), which are channels last when its input is
+    # (``meta_convolution_backward``'s memory format)
+    conv_input: int = -1
 
     @property
     def bytes(self) -> int:
@@ -176,6 +187,9 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     info.elements = tuple(k if k is not None else 0 for k, _ in vals)
     if info.kind == EXTERN and node.op == "call_function":
         info.constraint = _constraint(node)
+        info.channels_last_args = _channels_last_args(node)
+        if node.target is torch.ops.aten.convolution_backward.default and isinstance(node.args[1], Node):
+            info.conv_input = list(dict.fromkeys(node.all_input_nodes)).index(node.args[1])
     info.name = op_name(node) if node.op == "call_function" else ""
     info.loop = info.numel = max((numel(t) for _, t in vals), default=0)
     info.dims = vals[0][1].dim() if vals else 0
@@ -242,6 +256,22 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
     own, consts = _pointwise_ops(node, name, val)
     return OpInfo(POINTWISE, own, heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
                   moves=name in MOVES, multi=multi, consts=consts)
+
+
+def _channels_last_args(node: Node) -> tuple[int, ...]:
+    """``OpInfo.channels_last_args`` (torch/_inductor/kernel/conv.py: ``convolution`` and
+    ``convolution_backward_lowering`` under ``V.graph.layout_opt``)."""
+    target, args = node.target, node.args
+    if target is torch.ops.aten.convolution.default:
+        wanted = args[:2]
+    elif target is torch.ops.aten.convolution_backward.default and len(args) > 10:
+        grad_input, grad_weight = args[10][0], args[10][1]  # output_mask
+        wanted = [a for a, asked in ((args[0], grad_input or grad_weight), (args[1], grad_weight),
+                                     (args[2], grad_input)) if asked]
+    else:
+        return ()
+    inputs = list(dict.fromkeys(node.all_input_nodes))
+    return tuple(sorted({inputs.index(a) for a in wanted if isinstance(a, Node) and a in inputs}))
 
 
 def _constraint(node: Node) -> str:

@@ -19,10 +19,14 @@ def into_slot(b: Buffer, o: int, g: EmulatedGraph, rules: Rules) -> None:
     ``copy_`` fuses): neither allocates, except a reduction's result on a CPU, which stays a
     buffer (``inductor_scheduler``: a bias gradient's sum, freed after its kernel). Another
     kernel's own output (a fallback's, an extern kernel whose result is viewed) is copied
-    into the slot: a buffer freed after the copy, which runs right after it."""
+    into the slot: a buffer freed after the copy, which runs right after it.
+
+    Its end is not set here: this runs before fusion places the kernels, when ``b.start``
+    is an index among the unfused kernels, and an end set from it was never moved to the
+    scheduled clock (each weight gradient of a convolution network's fallback was held as
+    many steps past its kernel as fusion had removed before it; session 12). ``emulate``
+    sets it to the kernel's step once the kernels are placed."""
     b.output = False
-    if b.end < b.start:
-        b.end = b.start
     kind = g.info[b.node].kind
     if kind == REDUCTION and rules.cpu:
         return

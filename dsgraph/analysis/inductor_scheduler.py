@@ -91,7 +91,8 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
         producer = info[run.kernels[b.start]]
         for step, key in readers.get(b_index, ()):
             if (key is None and kinds[step] in _FUSIBLE and step != b.start
-                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])):
+                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])
+                    and not (rules.cpu and _other_outer_loop(step, members[find(b.start)], run, info))):
                 try_union(b.start, step)
     # horizontal: kernels that share a buffer and do not need each other (inductor_horizontal)
     fuse_horizontal(run, reads, g, rules, find, members, try_union)
@@ -283,6 +284,19 @@ def _dfs(order, index, size, preds, succs, pred_buffers, buffer_succs, bsize, *_
                 if p not in seen:
                     stack.append((p, False))
     return schedule if len(schedule) == len(order) else order
+
+
+def _other_outer_loop(step: int, group: list[int], run: InductorRun, info) -> bool:
+    """On a CPU a group with a reduction takes a reader only through outer-loop fusion
+    (``CppScheduling.can_fuse_vertical``: ``not node1.is_reduction()`` of the whole group,
+    else ``can_fuse_vertical_outer_loop``): a reduction reader whose outer loop is not the
+    group's reductions' (another output size) is left out. A ViT's FFN bias gradient (a sum
+    over the batch) is not fused into the LayerNorm backward's sums over the features that
+    wrote its input."""
+    if run.kinds[step] != REDUCTION:
+        return False
+    numel = info[run.kernels[step]].numel
+    return any(run.kinds[m] == REDUCTION and info[run.kernels[m]].numel != numel for m in group)
 
 
 def _compatible(producer: OpInfo, reader: OpInfo, producer_kind: int, reader_kind: int) -> bool:

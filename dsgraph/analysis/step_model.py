@@ -36,7 +36,8 @@ from torch.fx import GraphModule, Node
 
 from .. import compat
 from .inductor_index import IndexMaps
-from .inductor_layout import channels_last_copies, copied_to_channels_last
+from .inductor_layout import (channels_last_copies, channels_last_outputs, copied_to_channels_last, dense_4d,
+                              prefer_channels_last)
 from .inductor_model import EmulatedGraph, emulate
 from .inductor_ops import GETITEM, PLACEHOLDER, VIEW, OpInfo, Rules, classify
 from .lifetimes import TensorLifetimes, tensor_values
@@ -85,8 +86,9 @@ class StepModel:
         writes them into their slots (``EmulatedGraph.pooled``), so they are not held to the
         end of the step. ``handled``: names of primals the backward also receives a handle
         on (``compile.partition_edit``, the gradient pool's parameters): Inductor's layout
-        optimization does not copy them to channels last as saved outputs; a convolution
-        copies its weight for itself (``EmulatedGraph.conv_copied_inputs``)."""
+        optimization does not copy them to channels last as saved outputs; a convolution,
+        and a ``convolution_backward`` computing an input gradient, copies its weight for
+        itself (``EmulatedGraph.conv_copied_inputs``)."""
         self.gm = gm
         nodes = list(gm.graph.nodes)
         self.nodes = nodes
@@ -135,6 +137,7 @@ class StepModel:
         # channels last where they are a saved output (not the ones with a handle)
         self.not_channels_last = [n.op == "placeholder" and copied_to_channels_last(n) for n in nodes]
         self.copied_to_channels_last = [c and n.name not in handled for n, c in zip(nodes, self.not_channels_last)]
+        self.dense_4d = [n.op == "call_function" and dense_4d(n) for n in nodes]
         self.targets = [n.target for n in nodes]
         self.index_maps = IndexMaps()  # the index maps' compositions, shared by every partition's emulation
         self.realizing_user = [any(self.info[u].realizes_inputs for u in self.users[i]) for i in range(n_nodes)]
@@ -313,7 +316,9 @@ class StepModel:
 
     def _graph(self, order, inputs, outputs, donated=frozenset(), pooled=frozenset(),
                arrive_channels_last=frozenset(), light=frozenset()) -> EmulatedGraph:
-        """``arrive_channels_last``: inputs the forward returned as channels-last copies."""
+        """``arrive_channels_last``: inputs the forward returned in channels-last layout
+        (``EmulatedGraph.channels_last_arrivals``). ``light``: ops run in their lighter
+        forward form (``forward_variants``)."""
         members = set(order) | set(inputs)
         output_set = set(outputs)
         users = {}
@@ -331,15 +336,18 @@ class StepModel:
         # ``GraphLowering.decide_layout_opt``: on a CPU with mkldnn, any convolution turns it
         # on (the GPU's heuristics are not modelled: a convolution turns it on there too)
         layout_opt = self.layout_opt_possible and any(self.is_convolution[i] for i in order)
-        copies = channels_last_copies(order, inputs, output_set, self.copied_to_channels_last, self.user_visible,
-                                      all_users, self.is_convolution, self.targets) if layout_opt else []
-        conv_copied = frozenset()
+        copies, channels_last = [], []
         if layout_opt:
-            conv_copied = frozenset(i for i in inputs if self.not_channels_last[i]) - set(copies) - arrive_channels_last
+            prefer = prefer_channels_last(order, inputs, all_users, self.is_convolution, self.targets)
+            copies = channels_last_copies(inputs, output_set, self.copied_to_channels_last, self.user_visible, prefer)
+            channels_last = channels_last_outputs(order, output_set, self.dense_4d, self.user_visible, prefer)
+        # a convolution copies an input not in channels last for itself: with layout
+        # optimization, or (``convolution_backward``) without it where its input arrived so
+        conv_copied = frozenset(i for i in inputs if self.not_channels_last[i]) - set(copies) - arrive_channels_last
         kept = {i: self.variant_kept[i] for i in light}
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
                              frozenset(donated), pointwise, self.index_maps, layout_opt, copies, frozenset(pooled),
-                             conv_copied, kept)
+                             conv_copied, frozenset(arrive_channels_last), channels_last, light=kept)
 
     def _pointwise_use(self, u: int, members: set[int], depth: int, memo: dict) -> bool:
         """``torch._inductor.utils.is_pointwise_use``: a pointwise op, or a view whose users are.
@@ -369,7 +377,8 @@ class StepModel:
         bw_inputs = used_saved + sorted(t for t in self.tangents if any(u in bw_members for u in self.users[t]))
         donated = {i for i in saved_out if self.storage_of[i] not in self.primal_storages}
         bw_run = emulate(self._graph(bw_order, bw_inputs, self.bwd_outputs, donated, self.pooled_outputs,
-                                     frozenset(fw_graph.channels_last_inputs)), self.rules)
+                                     frozenset(fw_graph.channels_last_inputs)
+                                     | frozenset(fw_graph.channels_last_outputs)), self.rules)
         steps, fw0, bw0, end = self._clock(fw_run.schedule, bw_run.schedule)
         intervals = []
         user_out = set(self.fwd_outputs)
