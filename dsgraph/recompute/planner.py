@@ -44,6 +44,7 @@ from ..units import format_bytes
 from .bounds import LowerBound, lower_bound
 from .cuts import candidate_cuts
 from .joint import JointGraph
+from .light_forward import lighten_forward
 from .model import Evaluated, PlanEvaluator, measure_terms, peak_segment
 from .options import POLICIES, Intervals, Option, is_expensive
 from .partition import closure, partition, saved_names
@@ -233,6 +234,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     fused = executor == INDUCTOR
     if stock_graphs is not None:
         stock_fw, stock_bw = stock_graphs
+        # as the step model priced it: an op the min-cut recomputes runs its lighter form
+        lighten_forward(stock_fw)
         recomputed = [n for n in stock_bw.graph.nodes if n.op == "call_function" and n.name in by_name
                       and by_name[n.name] in joint.position]
         plan = CheckpointPlan(
