@@ -38,9 +38,9 @@ def dense_4d(node: Node) -> bool:
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dim() != 4:
         return False
-    try:
-        [int(s) for s in (*val.shape, *val.stride())]
-    except (TypeError, ValueError):  # symbolic: not decided here
+    # symbolic sizes are not decided here; int() of a SymInt would guard on it and
+    # specialize a dynamic graph
+    if not all(isinstance(s, int) for s in (*val.shape, *val.stride())):
         return False
     return compat.non_overlapping_and_dense(val)
 
