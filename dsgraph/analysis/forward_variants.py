@@ -25,7 +25,7 @@ from torch.fx import Node
 @dataclass(frozen=True)
 class ForwardVariant:
     target: Any  # the op the forward calls instead
-    args: Callable[[Node], tuple]  # its arguments, from the node's
+    args: Callable[[tuple], tuple]  # its arguments, from the full op's (node args or fake values)
     kept: tuple[int, ...]  # the elements it still returns (its output is the first of them)
     workspace: Callable[[Node], int]  # its workspace bytes at that node
     flops: Callable[[Node], int]  # its FLOPs at that node

@@ -163,14 +163,12 @@ class StepModel:
         # its workspace
         self.variant_alloc: dict[int, tuple[int, ...]] = {}
         self.variant_workspace: dict[int, int] = {}
-        self.variant_kept: dict[int, frozenset] = {}
         for i, n in enumerate(nodes):
             variant = forward_variant(n)
             if variant is not None:
                 kept = {lifetimes._elements[(n, k)].id for k in variant.kept if (n, k) in lifetimes._elements}
                 self.variant_alloc[i] = tuple(s for s in self.alloc[i] if s in kept)
                 self.variant_workspace[i] = int(variant.workspace(n))
-                self.variant_kept[i] = frozenset(variant.kept)
         # storages each node keeps alive by reading it (a multi-output node: all its elements)
         self.uses: list[tuple[int, ...]] = []
         for i in range(n_nodes):
@@ -344,7 +342,7 @@ class StepModel:
         # a convolution copies an input not in channels last for itself: with layout
         # optimization, or (``convolution_backward``) without it where its input arrived so
         conv_copied = frozenset(i for i in inputs if self.not_channels_last[i]) - set(copies) - arrive_channels_last
-        kept = {i: self.variant_kept[i] for i in light}
+        kept = {i: frozenset(forward_variant(self.nodes[i]).kept) for i in light}
         return EmulatedGraph(order, inputs, self.ins, users, outputs, self.info, self.getitem_index, realizing,
                              frozenset(donated), pointwise, self.index_maps, layout_opt, copies, frozenset(pooled),
                              conv_copied, frozenset(arrive_channels_last), channels_last, light=kept)

@@ -19,13 +19,6 @@ from torch.fx import GraphModule
 from ..analysis.forward_variants import forward_variant
 
 
-class _Args:
-    """The ``node.args`` a variant's ``args`` function reads, for other values than a node's."""
-
-    def __init__(self, args):
-        self.args = tuple(args)
-
-
 def lighten_forward(fw: GraphModule) -> int:
     """Rewrite the calls of ``fw`` whose used elements the lighter form returns; returns how
     many. The lighter form returns one tensor, its first kept element, which replaces the
@@ -41,7 +34,7 @@ def lighten_forward(fw: GraphModule) -> int:
         if len(variant.kept) != 1:
             continue  # a lighter form returning several elements is not needed yet
         with fw.graph.inserting_before(node):
-            light = fw.graph.call_function(variant.target, variant.args(node))
+            light = fw.graph.call_function(variant.target, variant.args(node.args))
         light.meta = dict(node.meta)
         vals = node.meta.get("val")
         if isinstance(vals, (list, tuple)):
@@ -51,7 +44,7 @@ def lighten_forward(fw: GraphModule) -> int:
             # Inductor's layout constraint for custom ops normalizes these by the target's
             # schema: the lighter form's own arguments
             fake_args, fake_kwargs = node.meta["eager_input_vals"]
-            light.meta["eager_input_vals"] = (variant.args(_Args(fake_args)), fake_kwargs)
+            light.meta["eager_input_vals"] = (variant.args(fake_args), fake_kwargs)
         for u in users:
             u.replace_all_uses_with(light)
             fw.graph.erase_node(u)

@@ -171,7 +171,7 @@ def _node_loss_flops(node) -> int:
 # (analysis.forward_variants): the same chunk loop without the gradients, the loss bitwise
 # the same (the gradients do not feed it, on either path)
 register_forward_variant(lce.GRADS_OP, ForwardVariant(
-    target=lce.LOSS_OP, args=lambda node: tuple(node.args[:10]), kept=(0,),
+    target=lce.LOSS_OP, args=lambda args: tuple(args[:10]), kept=(0,),
     workspace=lambda node: _node_workspace(node, as_loss=True), flops=_node_loss_flops))
 register_flop_dtype(lce.LOSS_OP, _node_mm_dtype)
 register_flop_dtype(lce.GRADS_OP, _node_mm_dtype)
