@@ -14,6 +14,8 @@ so a peak is about what the planner decides.
 - ``gpt24``: dsgraph's GPT reference model with 24 layers at a tiny width;
 - ``cnn``: a residual CNN with BatchNorm (running statistics: buffers the forward mutates)
   and a cross-entropy loss on labels that live through the whole step;
+- ``resnet50``: torchvision's ResNet-50 structure (bottlenecks, max pooling) in pure
+  torch, at a small base width on CPU;
 - ``masked``: a residual MLP whose every layer and the loss read a mask derived from the
   input (a long-lived input-only value that crosses every cut).
 """
@@ -160,6 +162,54 @@ class MaskedNet(nn.Module):
         return (self.out(x).squeeze(-1) * mask.squeeze(-1)).sum() / mask.sum()
 
 
+# -- ResNet-50 (bottleneck blocks) -----------------------------------------------------------
+
+class Bottleneck(nn.Module):
+    """torchvision's bottleneck: 1x1 reduce, 3x3 (strided), 1x1 expand (x4), BatchNorm after
+    each, a projected shortcut where the shape changes."""
+
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        cout = 4 * width
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet50(nn.Module):
+    """torchvision's resnet50 in pure torch (7x7 stem, max pooling, stages of 3, 4, 6 and 3
+    bottlenecks) at a chosen base width, with the cross-entropy loss: run under bf16
+    autocast it is the benchmark's ResNet-50, whose weights reach each convolution through a
+    cast (``JointGraph``'s input-only rule once counted the whole network free)."""
+
+    def __init__(self, width: int, classes: int, per_block: bool = False, stages=(3, 4, 6, 3)):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width)
+        blocks, cin = [], width
+        for i, count in enumerate(stages):
+            for b in range(count):
+                blocks.append(Bottleneck(cin, width * 2 ** i, 2 if (b == 0 and i > 0) else 1))
+                cin = 4 * width * 2 ** i
+        self.blocks = nn.ModuleList(blocks)
+        self.fc = nn.Linear(cin, classes)
+        self.per_block = per_block
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(images))), 3, 2, 1)
+        for block in self.blocks:
+            x = _maybe_checkpoint(block, self.per_block, x)
+        return F.cross_entropy(self.fc(x.mean((2, 3))), labels)
+
+
 # -- the zoo ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -178,6 +228,8 @@ SIZES = {
               "h200": dict(vocab=50304, seq=1024, layers=24, heads=16, dim=1024, batch=8)},
     "cnn": {"cpu": dict(channels=12, blocks=4, classes=10, image=23, batch=13),
             "h200": dict(channels=128, blocks=8, classes=1000, image=112, batch=128)},
+    "resnet50": {"cpu": dict(width=8, classes=10, image=64, batch=4),
+                 "h200": dict(width=64, classes=1000, image=224, batch=128)},
     "masked": {"cpu": dict(vocab=97, dim=40, hidden=123, layers=8, seq=53, batch=11),
                "h200": dict(vocab=32000, dim=2048, hidden=8192, layers=16, seq=2048, batch=8)},
 }
@@ -216,8 +268,8 @@ def _masked_inputs(size: str, seed: int):
     return (ids,)
 
 
-def _cnn_inputs(size: str, seed: int):
-    s = SIZES["cnn"][size]
+def _image_inputs(name: str, size: str, seed: int):
+    s = SIZES[name][size]
     g = _gen(seed)
     return (torch.randn(s["batch"], 3, s["image"], s["image"], generator=g),
             torch.randint(0, s["classes"], (s["batch"],), generator=g))
@@ -234,7 +286,10 @@ ZOO: dict[str, Entry] = {
     "gpt24": Entry("gpt24", _gpt, _gpt_inputs),
     "cnn": Entry("cnn", lambda size, pb: ConvNet(*(SIZES["cnn"][size][k] for k in ("channels", "blocks", "classes")),
                                                  per_block=pb),
-                 _cnn_inputs),
+                 lambda size, seed: _image_inputs("cnn", size, seed)),
+    "resnet50": Entry("resnet50", lambda size, pb: ResNet50(SIZES["resnet50"][size]["width"],
+                                                            SIZES["resnet50"][size]["classes"], per_block=pb),
+                      lambda size, seed: _image_inputs("resnet50", size, seed)),
     "masked": Entry("masked", lambda size, pb: MaskedNet(*(SIZES["masked"][size][k]
                                                            for k in ("vocab", "dim", "hidden", "layers")),
                                                          per_block=pb),

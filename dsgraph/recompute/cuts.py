@@ -22,6 +22,7 @@ by cost. No transformer blocks, residual streams or single tensors are assumed.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from torch.fx import Node
@@ -61,13 +62,21 @@ def crossing_intervals(joint: JointGraph) -> dict:
             continue
         key = storage_key(n)
         need = max((att[u] for u in n.users if u in att), default=-1)
-        made = joint.position[n] + 1
+        made = joint.position[_producer(joint, n)] + 1
         if key in spans:
             first, last, node, nbytes = spans[key]
             spans[key] = (min(first, made), max(last, need), node, nbytes)
         else:
             spans[key] = (made, need, n, storage_nbytes(n))
     return {k: v for k, v in spans.items() if v[1] >= v[0] and v[3] > 0}
+
+
+def _producer(joint: JointGraph, node: Node) -> Node:
+    """The node whose run makes ``node``: a multi-output op for its getitems. A getitem
+    placed after its op would otherwise open a cut between the two, crossed by neither
+    output (max pooling's values and indices), that nothing after it can recompute from."""
+    src = node.args[0] if node.target is operator.getitem and node.args else None
+    return src if isinstance(src, Node) and src in joint.position else node
 
 
 def all_cuts(joint: JointGraph) -> list[Cut]:
@@ -95,8 +104,12 @@ def candidate_cuts(joint: JointGraph, max_cuts: int = 96) -> list[Cut]:
     24th of the forward each side), one per run of equal crossing sets, then the
     ``max_cuts`` cheapest, in forward order. Always includes the start (position 0,
     nothing crosses) and the end (everything made, nothing left to cross)."""
-    cuts = all_cuts(joint)
     n = len(joint.forward)
+    # cuts crossed by nothing before the first activation is made (weight casts, masks)
+    # or after the last is consumed are the start and the end themselves: dropped, and
+    # kept out of the windows, where their 0 B hid every real cut within a window of them
+    # (a ResNet's stem and max pooling)
+    cuts = _trim_empty_ends(all_cuts(joint))
     if not cuts:
         return [Cut(0, (), 0), Cut(n, (), 0)]
     window = max(2, n // 24)
@@ -107,7 +120,12 @@ def candidate_cuts(joint: JointGraph, max_cuts: int = 96) -> list[Cut]:
         if c.nbytes > min(costs[lo:hi]):
             continue
         if keep and keep[-1].crossing == c.crossing:
-            continue  # the same set a few nodes later: one cut stands for the run
+            # the same set a few nodes later: one cut stands for the run, its last, so
+            # that the free work inside the run (a decoder's mask and rotary tables after
+            # its embedding) stays with the segment before and the cut sits next to the
+            # work after it (the nearby-subset rule below measures from there)
+            keep[-1] = c
+            continue
         keep.append(c)
     # a cut whose crossing set holds a nearby cut's whole set and more is dominated: a plan
     # recomputing from it pays for the other one's tensors anyway (inside a residual block,
@@ -121,6 +139,15 @@ def candidate_cuts(joint: JointGraph, max_cuts: int = 96) -> list[Cut]:
         chosen = sorted(sorted(keep, key=lambda c: (c.nbytes, c.position))[:max_cuts], key=lambda c: c.position)
         keep = chosen
     return [Cut(0, (), 0)] + keep + [Cut(n, (), 0)]
+
+
+def _trim_empty_ends(cuts: list[Cut]) -> list[Cut]:
+    lo, hi = 0, len(cuts)
+    while lo < hi and not cuts[lo].crossing:
+        lo += 1
+    while hi > lo and not cuts[hi - 1].crossing:
+        hi -= 1
+    return cuts[lo:hi]
 
 
 def crossing_bytes(cut: Cut, exclude=frozenset()) -> int:

@@ -110,9 +110,17 @@ class JointGraph:
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))
         data_inputs = set(primals) - params
+        # a static value derived from a parameter (autocast's bf16 weight copy) is not an
+        # input: counting it as one marked a whole bf16 network input-only (a conv of the
+        # image and a cast weight), so the planner found no cut at all (ResNet-50 bf16)
+        weight_derived = set(params)
+        for n in forward:
+            if n in static and any(a in weight_derived for a in n.all_input_nodes):
+                weight_derived.add(n)
         for n in forward:
             ins = [a for a in n.all_input_nodes if a.op != "get_attr"]
-            if n not in static and ins and all(a in data_inputs or a in joint.input_only or a in static for a in ins):
+            if n not in static and ins and all(
+                    a in data_inputs or a in joint.input_only or (a in static and a not in weight_derived) for a in ins):
                 joint.input_only.add(n)
         return joint
 
