@@ -15,9 +15,9 @@ Before/after, for ``x1 = x0 + f(x0); x2 = x1 + g(x1)`` (a residual pair)::
     positions:  ... f ... | add | ... g ... | add | loss
     crossing:          {x0}     {x1}          {x2}
 
-``candidate_cuts`` keeps the cheap ones: every position whose crossing bytes are the
-least within its neighbourhood (plateaus of equal sets once), thinned to ``max_cuts``
-by cost. No transformer blocks, residual streams or single tensors are assumed.
+``candidate_cuts`` keeps the cheap ones: every local minimum of the crossing bytes along
+the forward (a plateau of equal sets or bytes once, at its last position), thinned to
+``max_cuts`` by cost. No transformer blocks, residual streams or single tensors are assumed.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from torch.fx import Node
 
+from ..analysis.cost_model import node_flops
 from ..analysis.lifetimes import storage_key, storage_nbytes
 from .joint import JointGraph
 
@@ -100,33 +101,18 @@ def all_cuts(joint: JointGraph) -> list[Cut]:
 
 
 def candidate_cuts(joint: JointGraph, max_cuts: int = 96) -> list[Cut]:
-    """Cheap cuts: local minima of the crossing bytes (the least within a window of a
-    24th of the forward each side), one per run of equal crossing sets, then the
-    ``max_cuts`` cheapest, in forward order. Always includes the start (position 0,
+    """Cheap cuts: local minima of the crossing bytes along the forward (``_valleys``),
+    less those whose set holds a nearby cut's whole set, then the ``max_cuts`` cheapest,
+    in forward order. Always includes the start (position 0,
     nothing crosses) and the end (everything made, nothing left to cross)."""
     n = len(joint.forward)
     # cuts crossed by nothing before the first activation is made (weight casts, masks)
-    # or after the last is consumed are the start and the end themselves: dropped, and
-    # kept out of the windows, where their 0 B hid every real cut within a window of them
-    # (a ResNet's stem and max pooling)
-    cuts = _trim_empty_ends(all_cuts(joint))
+    # or after the last is consumed are the start and the end themselves: dropped, so
+    # that their 0 B is no neighbour the first and last real minima are compared with
+    cuts = _trim_empty_ends([c for c in all_cuts(joint) if not _inside_an_op(joint, c.position)])
     if not cuts:
         return [Cut(0, (), 0), Cut(n, (), 0)]
-    window = max(2, n // 24)
-    costs = [c.nbytes for c in cuts]
-    keep = []
-    for i, c in enumerate(cuts):
-        lo, hi = max(0, i - window), min(len(cuts), i + window + 1)
-        if c.nbytes > min(costs[lo:hi]):
-            continue
-        if keep and keep[-1].crossing == c.crossing:
-            # the same set a few nodes later: one cut stands for the run, its last, so
-            # that the free work inside the run (a decoder's mask and rotary tables after
-            # its embedding) stays with the segment before and the cut sits next to the
-            # work after it (the nearby-subset rule below measures from there)
-            keep[-1] = c
-            continue
-        keep.append(c)
+    keep = _valleys(joint, cuts)
     # a cut whose crossing set holds a nearby cut's whole set and more is dominated: a plan
     # recomputing from it pays for the other one's tensors anyway (inside a residual block,
     # every cut also carries the block's input)
@@ -139,6 +125,48 @@ def candidate_cuts(joint: JointGraph, max_cuts: int = 96) -> list[Cut]:
         chosen = sorted(sorted(keep, key=lambda c: (c.nbytes, c.position))[:max_cuts], key=lambda c: c.position)
         keep = chosen
     return [Cut(0, (), 0)] + keep + [Cut(n, (), 0)]
+
+
+def _valleys(joint: JointGraph, cuts: list[Cut]) -> list[Cut]:
+    """The last cut of each run of equal crossing sets (or equal bytes) whose bytes are at
+    most both neighbouring runs' (a local minimum of the crossing bytes along the
+    forward). Positional windows lost real minima near a cheaper one (a ResNet's first
+    stage beside its max pooling's 16 KB cut)."""
+    runs: list[Cut] = []
+    for c in cuts:
+        # a pointwise step (x, then relu(x) or its bf16 cast) crosses a new set of the same
+        # bytes: such a plateau is one run too, its last cut recomputing least; an op with
+        # FLOPs in between (the next layer's matmul) ends it, as each layer of a chain of
+        # equal widths has its own cut
+        if runs and (runs[-1].crossing == c.crossing
+                     or (runs[-1].nbytes == c.nbytes and _no_flops_between(joint, runs[-1], c))):
+            runs[-1] = c
+        else:
+            runs.append(c)
+    keep: list[Cut] = []
+    for i, c in enumerate(runs):
+        if (i and c.nbytes > runs[i - 1].nbytes) or (i + 1 < len(runs) and c.nbytes > runs[i + 1].nbytes):
+            continue
+        if keep and keep[-1].crossing == c.crossing:
+            keep[-1] = c  # the same set again after a dearer run in between: its last stands
+        else:
+            keep.append(c)
+    return keep
+
+
+def _no_flops_between(joint: JointGraph, a: Cut, b: Cut) -> bool:
+    return all(node_flops(n) == 0 for n in joint.forward[a.position:b.position])
+
+
+def _inside_an_op(joint: JointGraph, position: int) -> bool:
+    """A cut between a multi-output op and one of its getitems: the outputs are all made
+    when the op runs, so such a cut is the same moment as the one after the last getitem,
+    but it splits the getitems it is crossed by from the op (a fused loss's gradients then
+    cross a cut as if saved, and a plan recomputing the loss head cannot)."""
+    if position >= len(joint.forward):
+        return False
+    node = joint.forward[position]
+    return _producer(joint, node) is not node
 
 
 def _trim_empty_ends(cuts: list[Cut]) -> list[Cut]:
