@@ -10,7 +10,6 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from dsgraph import compat
 from dsgraph.analysis.cost_model import CostModel
-from dsgraph.analysis.lifetimes import storage_key
 from dsgraph.analysis.plan import fx_plan
 from dsgraph.analysis.step_model import StepModel
 from dsgraph.analysis.timeline import Interval, stitch
