@@ -51,7 +51,9 @@ class EmulatedGraph:
     # graph inputs not in channels-last layout, no copy taking their place: a parameter the
     # backward has a handle on (``compile.partition_edit``). A convolution's lowering copies
     # one for itself where it asks for channels last (``OpInfo.channels_last_args``; without
-    # layout optimization only a ``convolution_backward`` whose input arrived channels last)
+    # layout optimization only a ``convolution_backward`` whose input arrived channels last
+    # or is computed in this graph: a block input recomputed in the backward, 147 KB of
+    # weight copy missed on a pooled conv net's plan before session 14)
     conv_copied_inputs: frozenset = frozenset()
     # graph inputs the forward returned channels last (its ``channels_last_outputs`` and
     # copies of ``channels_last_inputs``), and this graph's computed 4-D outputs stored so

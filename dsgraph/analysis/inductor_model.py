@@ -288,9 +288,12 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         # ``realize_input`` then stores what is left (a view's base, an expression)
         loaded = set()
         rest = []
+        # a convolution_backward copies a handled weight to channels last when its input
+        # arrived so, or when this graph computes the input (recomputed in the backward)
         wanted = op.channels_last_args if g.conv_copied_inputs else ()
         if wanted and not g.layout_opt and not (0 <= op.conv_input < len(args)
-                                                and args[op.conv_input] in g.channels_last_arrivals):
+                                                and (args[op.conv_input] in g.channels_last_arrivals
+                                                     or args[op.conv_input] not in g.inputs)):
             wanted = ()
         if wanted:
             for p, j in enumerate(args):
