@@ -15,6 +15,10 @@ import os
 import sys
 
 
+def _range(steps) -> str | None:
+    return f"{min(steps):.3f}-{max(steps):.3f}" if steps else None
+
+
 def main(argv: list[str]) -> None:
     out, prefix = argv[0], argv[1] if len(argv) > 1 else ""
     for path in sorted(glob.glob(os.path.join(out, prefix + "*.json"))):
@@ -27,7 +31,7 @@ def main(argv: list[str]) -> None:
             joint = ((r.get("dsgraph") or {}).get("joint") or {}).get("memory") or {}
             keys = ("predicted_peak", "inductor_peak", "recompute_ms", "recomputed_segments", "analysis_s")
             print(os.path.basename(path), r.get("model", r.get("workload")), r.get("role", ""), r["config"][:40],
-                  "ms", r.get("step_ms"), "range", r.get("step_ms_range", r.get("step_ms_min")),
+                  "ms", r.get("step_ms"), "range", _range(r.get("step_ms_all")),
                   "peak", r.get("peak_allocated_bytes"), "first", r.get("first_step_s"),
                   {k: joint.get("checkpoint_" + k) for k in keys}, (r.get("error") or "")[-300:])
 

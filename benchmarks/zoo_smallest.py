@@ -20,7 +20,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dsgraph.analysis.step_model import StepModel  # noqa: E402
 from dsgraph.errors import BudgetError  # noqa: E402
 from dsgraph.recompute import truth  # noqa: E402
 from dsgraph.recompute.cuts import candidate_cuts  # noqa: E402
@@ -36,12 +35,6 @@ def _capture(name: str, per_block: bool, autocast):
 
 def _static(j) -> list:
     return j.kwargs.get("static_lifetime_input_indices") or []
-
-
-def stock_peak(j, executor: str) -> int:
-    model = StepModel(j.gm, j.kwargs["num_fwd_outputs"], _static(j))
-    by_name = {n.name: n for n in j.gm.graph.nodes}
-    return model.evaluate([model.index[by_name[n]] for n in j.stock_saved], executor, sink=False).peak
 
 
 def smallest(j, executor: str) -> int:
@@ -71,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
                 model, inputs = zoo.build(name, per_block=True)
                 per_block = truth.compiled_peaks(model, inputs, truth.stock, inductor=False, autocast=autocast).fx_peak
             else:
-                per_block = stock_peak(blocked, executor)
+                per_block = blocked.stock_prediction(executor)
             t = time.perf_counter()
             low = smallest(j, executor)
             dt = time.perf_counter() - t

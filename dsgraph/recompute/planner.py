@@ -52,7 +52,6 @@ from .solver import Point, pareto_dp
 
 MAX_SPAN = 3  # longest run of segments one option covers (terms measured per length)
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
-DESCENT_STARTS = 3  # smallest candidates a descent starts from
 MAX_DESCENT_STEPS = 8  # changes to the smallest plan, each at the interval where its peak is
 MAX_RELAXED = 4  # the smallest plan's dearest intervals tried with cheaper options
 
@@ -280,15 +279,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     # the composed model only steers the search: from the smallest plan evaluated, change
     # the option where its peak is, exactly (24-layer GPT, FX: the recompute-all
     # plan with its last interval, the loss head, saving its matmuls is 14% smaller)
-    # from each of the few smallest, because the smallest evaluated is not always the one
-    # a descent improves most (24-layer GPT, FX, after the cuts at the ends were dropped:
-    # from the smallest 4.90 MB, from the third 4.29 MB, per-block 4.30)
     smallest_so_far = min(candidates, key=lambda c: (c.peak, c.seconds))
-    improved = None
-    for start_from in sorted(candidates, key=lambda c: (c.peak, c.seconds))[:DESCENT_STARTS]:
-        found = _descend(evaluator, intervals, start_from.plan, MAX_DESCENT_STEPS)
-        if improved is None or found.peak.peak < improved.peak.peak:
-            improved = found
+    improved = _descend(evaluator, intervals, smallest_so_far.plan, MAX_DESCENT_STEPS)
     if improved.peak.peak < smallest_so_far.peak:
         candidates.append(_candidate(improved, joint, costs, held, fused))
     # ``improved`` is the smallest plan so far also when the descent found nothing smaller

@@ -30,6 +30,7 @@ from .. import compat
 from ..analysis.inductor_plan import GraphCapture, inductor_plan
 from ..analysis.lifetimes import TensorLifetimes
 from ..analysis.plan import GraphPlan, fx_plan
+from ..analysis.step_model import StepModel
 from ..analysis.timeline import Interval, MemoryTimeline, stitch
 
 Choose = Callable[[GraphModule, Any, dict], tuple[GraphModule, GraphModule]]
@@ -46,6 +47,13 @@ class JointCapture:
     # what Inductor's own partitioner chose to save (joint nodes; values its backward does
     # not read included, ``StepModel`` drops them as the extraction does)
     stock_saved: list[str] = field(default_factory=list)
+
+    def stock_prediction(self, executor: str) -> int:
+        """The step model's peak of the stock partition (what Inductor's partitioner saved)
+        for ``executor``."""
+        model = StepModel(self.gm, self.kwargs["num_fwd_outputs"], self.kwargs.get("static_lifetime_input_indices") or [])
+        by_name = {n.name: n for n in self.gm.graph.nodes}
+        return model.evaluate([model.index[by_name[n]] for n in self.stock_saved], executor, sink=False).peak
 
 
 @dataclass

@@ -46,15 +46,9 @@ def captured(name: str, per_block: bool = False) -> truth.JointCapture:
     return _captured[key]
 
 
-def step_model(j: truth.JointCapture) -> StepModel:
-    return StepModel(j.gm, j.kwargs["num_fwd_outputs"], j.kwargs.get("static_lifetime_input_indices") or [])
-
-
 def stock_peak(j: truth.JointCapture, executor: str) -> int:
     """The stock partition's predicted peak (what Inductor's partitioner saved)."""
-    model = step_model(j)
-    by_name = {n.name: n for n in j.gm.graph.nodes}
-    return model.evaluate([model.index[by_name[n]] for n in j.stock_saved], executor, sink=False).peak
+    return j.stock_prediction(executor)
 
 
 def fx_truth(plan, j: truth.JointCapture) -> int:
