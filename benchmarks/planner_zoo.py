@@ -8,7 +8,8 @@ decoder, torch.utils.checkpoint per block for the 24-layer GPT, Inductor's
 activation_memory_budget=0.5 for ResNet-50, its budget 0.9 for the MLP) is measured first; then dsgraph with
 ``memory_budget`` set to the anchor's measured peak (the target: that memory, faster than
 the anchor), and a budget 10% below it (monotone: not larger). Inductor without a budget
-is the reference. Every run is its own process (``benchmarks.measure``: bf16 autocast,
+is the reference; ``--variants`` adds dsgraph runs at the anchor's budget with more options
+(``chunk_loss=False``: the same budget without the chunked loss). Every run is its own process (``benchmarks.measure``: bf16 autocast,
 grads None, median of CUDA-event step times, absolute peak); the JSON is written after
 each run, so a run cut short keeps what it measured.
 """
@@ -28,6 +29,11 @@ ANCHORS = {
     "resnet50": ("resnet50_b128", "resnet50_b128", "inductor:budget=0.5"),
     # the issue's MLP target: at Inductor's best budget point's memory, at least as fast
     "mlp": ("mlp", "mlp", "inductor:budget=0.9"),
+    # the issue's GPT-2 target: every Inductor budget point dominated (a dsgraph budget at
+    # its memory, faster)
+    "gpt2@0.9": ("gpt2", "gpt2", "inductor:budget=0.9"),
+    "gpt2@0.5": ("gpt2", "gpt2", "inductor:budget=0.5"),
+    "gpt2@0.1": ("gpt2", "gpt2", "inductor:budget=0.1"),
 }
 
 
@@ -43,6 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-inductor", action="store_true", help="leave out Inductor without a budget")
     p.add_argument("--fresh-cache", action="store_true",
                    help="a new Inductor cache dir per run (first steps then include cold kernel compiles)")
+    p.add_argument("--variants", nargs="*", default=[],
+                   help="more dsgraph options run at the anchor's budget, each ';'-separated "
+                        "(e.g. 'chunk_loss=False'): what a plan would give with them, same run")
     p.add_argument("--json", required=True)
     args = p.parse_args(argv)
     import torch
@@ -74,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
         if not target:
             continue  # on CPU no peak is measured: the anchor's budget is unknown
         record(model, "dsgraph@anchor", workload, f"dsgraph:memory_budget={target}")
+        for variant in args.variants:
+            record(model, f"dsgraph@anchor {variant}", workload, f"dsgraph:memory_budget={target};{variant}")
         if args.below:
             record(model, f"dsgraph@{args.below:g}x", workload, f"dsgraph:memory_budget={int(target * args.below)}")
 
