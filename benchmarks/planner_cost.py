@@ -10,7 +10,8 @@ then ``plan_checkpoint`` timed for: a budget the stock partition meets, a budget
 between the stock peak and the smallest plan, and the smallest plan, for the Inductor and
 the FX executor. Also reported: nodes, cuts (segments), exact plan evaluations, and the
 time of the stock min-cut partition alone (Inductor's own partitioner, which the planner
-runs first). Prints a Markdown table.
+runs first). ``--bf16``: the step under bf16 autocast with the chunked loss, as the
+benchmarks run GPT-2 (more nodes: the casts). Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from dsgraph.recompute import truth  # noqa: E402
 from dsgraph.recompute.planner import plan_checkpoint  # noqa: E402
 
 
+# what the benchmarks' GPT-2 step is (bf16 autocast, the chunked loss), set by --bf16
+BF16 = {"on": False}
+
+
 def capture(layers: int, device: str, batch: int, seq: int):
     torch.manual_seed(0)
     cfg = GPTConfig(layers=layers, seq=seq)
@@ -38,7 +43,14 @@ def capture(layers: int, device: str, batch: int, seq: int):
         model = GPT(cfg)
         idx = torch.randint(0, cfg.vocab, (batch, seq))
         tgt = torch.randint(0, cfg.vocab, (batch, seq))
-    return truth.capture_joint(model, (idx, tgt))
+    if not BF16["on"]:
+        return truth.capture_joint(model, (idx, tgt))
+    from dsgraph.passes.chunk_loss import apply_chunk_loss, plan_chunk_loss
+
+    def chunked(gm):  # the chunk count the pass picks without a budget
+        return apply_chunk_loss(gm, plan_chunk_loss(gm))
+
+    return truth.capture_joint(model, (idx, tgt), torch.bfloat16, chunked)
 
 
 def measure(layers: int, device: str, batch: int, seq: int) -> dict:
@@ -106,7 +118,10 @@ def main() -> None:
                         help="instead of the table: cProfile the three plans of the first --layers depth "
                              "and --executor, write the stats to OUT and print the top functions")
     parser.add_argument("--executor", default="inductor", choices=("inductor", "fx"))
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast and the chunked loss, as the benchmarks' GPT-2 step runs")
     args = parser.parse_args()
+    BF16["on"] = args.bf16
     if args.profile:
         profile(int(args.layers.split(",")[0]), args.device, args.batch, args.seq, args.executor, args.profile)
         return

@@ -37,13 +37,15 @@ class Evaluated:
 
 
 class PlanEvaluator:
-    """Exact peaks of plans (lists of options), cached by their saved set."""
+    """Exact peaks of plans (lists of options), cached by their saved set. ``workers``
+    (``recompute.workers``): where the plans of ``evaluate_many`` are evaluated side by side."""
 
-    def __init__(self, joint: JointGraph, model: StepModel, intervals: Intervals, executor: str):
+    def __init__(self, joint: JointGraph, model: StepModel, intervals: Intervals, executor: str, workers=None):
         self.joint = joint
         self.model = model
         self.intervals = intervals
         self.executor = executor
+        self.workers = workers
         self.cache: dict[frozenset, StepPeak] = {}
         self.evaluations = 0
 
@@ -58,6 +60,27 @@ class PlanEvaluator:
             self.cache[key] = self.model.evaluate([index[n] for n in saved], self.executor)
             self.evaluations += 1
         return Evaluated(name, plan, saved, self.cache[key])
+
+    def evaluate_many(self, plans: list[tuple[list[Option], str]]) -> list[Evaluated]:
+        """``evaluate`` of each (plan, name), in order; the plans not in the cache are
+        evaluated together (by the workers, if any)."""
+        saved = [self.saved(plan) for plan, _ in plans]
+        keys = [frozenset(s) for s in saved]
+        todo: dict[frozenset, list[Node]] = {}
+        for key, s in zip(keys, saved):
+            if key not in self.cache and key not in todo:
+                todo[key] = s
+        if todo:
+            index = self.model.index
+            id_lists = [[index[n] for n in s] for s in todo.values()]
+            if self.workers is not None:
+                peaks = self.workers.evaluate(id_lists)
+            else:
+                peaks = [self.model.evaluate(ids, self.executor) for ids in id_lists]
+            for key, peak in zip(todo, peaks):
+                self.cache[key] = peak
+            self.evaluations += len(todo)
+        return [Evaluated(name, plan, s, self.cache[key]) for (plan, name), s, key in zip(plans, saved, keys)]
 
 
 def _step_segments(joint: JointGraph, model: StepModel, peak: StepPeak, cut_positions: list[int], segments: int):
@@ -147,23 +170,23 @@ def measure_terms(evaluator: PlanEvaluator, policies: tuple[str, ...], max_len: 
     const = model.external
     evaluated: list[Evaluated] = []
     kinds = [("keep", 1)] + [(p, length) for p in policies if p != "keep" for length in range(1, max_len + 1)]
-    for policy, length in kinds:
-        for offset in range(length if policy != "keep" else 1):
-            plan = uniform_plan(intervals, policy, length, offset)
-            result = evaluator.evaluate(plan, f"{policy}{length}+{offset}")
-            evaluated.append(result)
-            fw, bw, floor = windows(joint, model, result.peak, positions, m)
-            const = max(const, floor)
-            before = 0
-            for option in plan:
-                charge = intervals.charge(option)
-                key = (option.policy, option.start, option.stop)
-                covered = range(option.start, option.stop)
-                if key not in found or option.policy == policy:
-                    found[key] = Terms(charge, max(fw[j] for j in covered) - before,
-                                       max(bw[j] for j in covered) - before - charge, option.seconds,
-                                       length=option.length)
-                before += charge
+    plans = [(uniform_plan(intervals, policy, length, offset), f"{policy}{length}+{offset}", policy)
+             for policy, length in kinds for offset in range(length if policy != "keep" else 1)]
+    results = evaluator.evaluate_many([(plan, name) for plan, name, _ in plans])
+    for (plan, _, policy), result in zip(plans, results):
+        evaluated.append(result)
+        fw, bw, floor = windows(joint, model, result.peak, positions, m)
+        const = max(const, floor)
+        before = 0
+        for option in plan:
+            charge = intervals.charge(option)
+            key = (option.policy, option.start, option.stop)
+            covered = range(option.start, option.stop)
+            if key not in found or option.policy == policy:
+                found[key] = Terms(charge, max(fw[j] for j in covered) - before,
+                                   max(bw[j] for j in covered) - before - charge, option.seconds,
+                                   length=option.length)
+            before += charge
     rows: list[list[tuple[Option, Terms]]] = [[] for _ in range(m)]
     for (policy, start, stop), terms in found.items():
         rows[start].append((intervals.option(policy, start, stop), terms))

@@ -49,6 +49,7 @@ from .model import Evaluated, PlanEvaluator, measure_terms, peak_segment
 from .options import POLICIES, Intervals, Option, is_expensive
 from .partition import closure, partition, saved_names
 from .solver import Point, pareto_dp
+from .workers import Workers, default_workers
 
 MAX_SPAN = 3  # longest run of segments one option covers (terms measured per length)
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
@@ -169,6 +170,7 @@ def plan_checkpoint(
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
     rates: DeviceRates | None = None, lowered: bool = False, rates_source: str = "bandwidth",
     mixes: bool = True, pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset(),
+    workers: int | None = None,
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
@@ -181,12 +183,18 @@ def plan_checkpoint(
     budgeted GPT-2 step measured, ``cost_model.H200_MEASURED``). ``mixes=False`` leaves out
     the ``_prefix_mixes`` candidates (the search before session 10). ``pooled``: names of
     the gradient outputs the gradient pool takes, ``handled``: the primals the backward
-    receives a handle on (both ``StepModel``)."""
+    receives a handle on (both ``StepModel``). ``workers``: processes evaluating a search
+    phase's plans side by side (``recompute.workers``; default ``default_workers()``, 1:
+    all in this process); the plan is the same whatever the count."""
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
-    with _gc_paused():
+    if workers is None:
+        workers = default_workers()
+    if workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    with _gc_paused(), contextlib.ExitStack() as stack:
         return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates,
-                     lowered, rates_source, mixes, pooled, handled)
+                     lowered, rates_source, mixes, pooled, handled, workers, stack)
 
 
 @contextlib.contextmanager
@@ -207,7 +215,8 @@ def _gc_paused():
 def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
           resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
           lowered: bool, rates_source: str = "bandwidth", mixes: bool = True,
-          pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset()) -> CheckpointPlan:
+          pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset(), workers: int = 1,
+          stack: contextlib.ExitStack | None = None) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
@@ -249,7 +258,9 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
 
     cuts = candidate_cuts(joint)
     intervals = Intervals(joint, cuts, stock, costs, held, fused=fused, max_len=MAX_SPAN)
-    evaluator = PlanEvaluator(joint, model, intervals, executor)
+    # forked here: the workers hold the step model as it is now (the stock plan evaluated)
+    pool = stack.enter_context(Workers(model, executor, workers)) if workers > 1 and stack is not None else None
+    evaluator = PlanEvaluator(joint, model, intervals, executor, pool)
     policies = tuple(p for p in POLICIES if p != "keep")
     rows, const, uniform = measure_terms(evaluator, policies, MAX_SPAN)
     t0 = time.perf_counter()
@@ -270,10 +281,14 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     model_peaks: dict[int, int] = {}
     for result in uniform:
         candidates.append(_candidate(result, joint, costs, held, fused))
-    for result in _prefix_mixes(evaluator, intervals, candidates, uniform) if mixes else ():
+    # the prefix mixes and the frontier points depend only on the uniform plans: one batch
+    mixed = _prefix_mixes(intervals, candidates, uniform) if mixes else []
+    spread = _spread(points, MAX_CANDIDATES)
+    frontier = [(plan_of(point), f"frontier {len(candidates) + len(mixed) + k}") for k, point in enumerate(spread)]
+    results = evaluator.evaluate_many(mixed + frontier)
+    for result in results[:len(mixed)]:
         candidates.append(_candidate(result, joint, costs, held, fused))
-    for point in _spread(points, MAX_CANDIDATES):
-        result = evaluator.evaluate(plan_of(point), f"frontier {len(candidates)}")
+    for point, result in zip(spread, results[len(mixed):]):
         candidates.append(_candidate(result, joint, costs, held, fused))
         model_peaks[id(candidates[-1])] = point.peak
     # the composed model only steers the search: from the smallest plan evaluated, change
@@ -287,6 +302,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     relaxed = _relax(evaluator, intervals, improved, MAX_RELAXED)
     if relaxed is not improved:
         candidates.append(_candidate(relaxed, joint, costs, held, fused))
+    if stack is not None:
+        stack.close()  # the last evaluation is done: the workers exit
     candidates.sort(key=lambda c: (c.seconds, c.peak, c.name))
     bound = lower_bound(joint, model, executor)
     fits = [c for c in candidates if c.peak + margin <= budget]
@@ -333,8 +350,8 @@ def _candidate(result: Evaluated, joint: JointGraph, costs: CostModel, held: set
                      result.saved)
 
 
-def _prefix_mixes(evaluator: PlanEvaluator, intervals: Intervals, candidates: list[Candidate],
-                  uniform: list[Evaluated]) -> list[Evaluated]:
+def _prefix_mixes(intervals: Intervals, candidates: list[Candidate],
+                  uniform: list[Evaluated]) -> list[tuple[list[Option], str]]:
     """Plans between a uniform ``cheap`` plan and the uniform ``recompute`` plan of the same
     tiling: the ``cheap`` plan with its first ``r`` intervals recomputed, for every ``r``. The
     tiling is the one on which going from ``cheap`` to ``recompute`` buys bytes at the least
@@ -343,7 +360,7 @@ def _prefix_mixes(evaluator: PlanEvaluator, intervals: Intervals, candidates: li
     recomputed blocks with every other block cheap dominate the frontier point chosen before,
     docs/BENCHMARKS.md session 10). The first intervals' saved values live longest, so they
     are recomputed first. One exact evaluation per interval of the tiling; independent of
-    the budget."""
+    the budget. Returns the plans with their names, to be evaluated."""
     def spans(result: Evaluated) -> tuple:
         return tuple((o.start, o.stop) for o in result.plan)
 
@@ -368,7 +385,7 @@ def _prefix_mixes(evaluator: PlanEvaluator, intervals: Intervals, candidates: li
         plan = list(base.plan)
         for i in mixable[:r]:
             plan[i] = intervals.option("recompute", plan[i].start, plan[i].stop)
-        out.append(evaluator.evaluate(plan, f"recompute{r}+{base.name}"))
+        out.append((plan, f"recompute{r}+{base.name}"))
     return out
 
 
@@ -386,12 +403,11 @@ def _descend(evaluator: PlanEvaluator, intervals: Intervals, plan: list[Option],
             break
         i = next(k for k, o in enumerate(best.plan) if o.start <= seg < o.stop)
         current, before = best.plan[i], best
-        for policy in POLICIES:
-            if policy != current.policy:
-                trial = best.plan[:i] + [intervals.option(policy, current.start, current.stop)] + best.plan[i + 1:]
-                result = evaluator.evaluate(trial, "descent")
-                if result.peak.peak < best.peak.peak:
-                    best = result
+        trials = [(best.plan[:i] + [intervals.option(policy, current.start, current.stop)] + best.plan[i + 1:],
+                   "descent") for policy in POLICIES if policy != current.policy]
+        for result in evaluator.evaluate_many(trials):
+            if result.peak.peak < best.peak.peak:
+                best = result
         if best is before:
             break
     return best
@@ -411,9 +427,10 @@ def _relax(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, trie
     for k in dearest:
         current = best.plan[k]
         options = [intervals.option(p, current.start, current.stop) for p in POLICIES if p != current.policy]
-        for option in sorted((o for o in options if o.seconds < current.seconds), key=lambda o: o.seconds):
-            trial = best.plan[:k] + [option] + best.plan[k + 1:]
-            result = evaluator.evaluate(trial, "relaxed")
+        cheaper = sorted((o for o in options if o.seconds < current.seconds), key=lambda o: o.seconds)
+        # the options are tried together; the cheapest whose peak is not above is taken
+        trials = [(best.plan[:k] + [option] + best.plan[k + 1:], "relaxed") for option in cheaper]
+        for result in evaluator.evaluate_many(trials):
             if result.peak.peak <= best.peak.peak:
                 best = result
                 break
