@@ -8,13 +8,13 @@ set -x
 export PYTHONUNBUFFERED=1
 python -m pip install -q --no-build-isolation --no-deps -e . > $OUT/pip.log 2>&1
 nproc > $OUT/nproc.txt
-timeout 110 python -m benchmarks.run --workloads gpt2 --regimes none --steps 8 --fresh-cache --timeout 100 \
+timeout 140 python -m benchmarks.run --workloads gpt2 --regimes none --steps 8 --fresh-cache --timeout 100 \
   --configs inductor "dsgraph:memory_budget=2.94GiB" "dsgraph:memory_budget=4.9GiB" \
   --json $OUT/s15a_gpt2.json > $OUT/s15a_gpt2.log 2>&1
-timeout 300 python -m benchmarks.planner_zoo --models gpt24 --steps 10 --fresh-cache --below 0 \
+timeout 250 python -m benchmarks.planner_zoo --models gpt24 --steps 10 --fresh-cache --below 0 \
   --variants "chunk_loss=False" "chunk_loss=2" --json $OUT/s15a_gpt24.json > $OUT/s15a_gpt24.log 2>&1
-timeout 80 python -m benchmarks.planner_zoo --models mlp --steps 30 --fresh-cache --below 0 --no-inductor \
+timeout 60 python -m benchmarks.planner_zoo --models mlp --steps 30 --fresh-cache --below 0 --no-inductor \
   --json $OUT/s15a_mlp.json > $OUT/s15a_mlp.log 2>&1
-timeout 170 python -m benchmarks.planner_zoo --models llama --steps 6 --fresh-cache --below 0 --no-inductor \
+timeout 130 python -m benchmarks.planner_zoo --models llama --steps 6 --fresh-cache --below 0 --no-inductor \
   --json $OUT/s15a_llama.json > $OUT/s15a_llama.log 2>&1
 python -m benchmarks.summary "$OUT" s15a_
