@@ -134,6 +134,14 @@ def main(argv: list[str] | None = None) -> None:
     for text in config_texts:
         configs.parse(text)  # fail on a typo before spending minutes on the others
     records = []
+    env = environment(argv)
+
+    def write() -> None:  # after every run: a call cut short keeps what it measured
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump({"environment": env, "records": records}, f, indent=1)
+
     for workload in args.workloads.split(","):
         if not workloads.available(workload):
             print(f"skipping {workload}: its package is not installed", flush=True)
@@ -145,11 +153,9 @@ def main(argv: list[str] | None = None) -> None:
                                                       "parity_max_rel_err", "predicted")}
                 status = summary if "error" not in record else "ERROR " + record["error"][-300:]
                 print(f"{workload} | {config} | {record['regime']}: {status}", flush=True)
-    result = {"environment": environment(argv), "records": records}
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+                write()
+    result = {"environment": env, "records": records}
+    write()
     print()
     print(json.dumps(result["environment"]))
     print(table(records))
