@@ -19,7 +19,7 @@ evaluated in the planner's process, where the same error then surfaces as itself
 
 The results are the same objects the planner's process computes (the model is
 deterministic; tests/unit/test_planner_workers.py holds plans with and without workers
-equal).
+equal). Linux only (``can_fork``); elsewhere the planner evaluates in its own process.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import os
 import pickle
 import select
 import struct
+import sys
+import warnings
 from typing import Sequence
 
 from ..analysis.step_model import StepModel, StepPeak
@@ -51,11 +53,26 @@ def default_workers() -> int:
             raise ValueError(f"{ENV} must be an int >= 1, got {raw!r}") from None
         if value < 1:
             raise ValueError(f"{ENV} must be an int >= 1, got {raw!r}")
-        return value if hasattr(os, "fork") else 1
-    if not hasattr(os, "fork"):
+        return value if can_fork() else 1
+    if not can_fork():
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(MAX_WORKERS, cpus // 2))
+
+
+def can_fork() -> bool:
+    """Linux only: elsewhere ``fork`` without ``exec`` is unsupported (Windows) or unsafe
+    with the system's frameworks (macOS)."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def _fork() -> int:
+    # Python 3.12+ warns (DeprecationWarning) when a process with threads forks: a child
+    # may inherit a lock another thread held. A worker takes no such lock (see the module
+    # docstring); under ``-W error`` the warning would be raised after the child exists
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
 
 
 def _write(fd: int, payload: bytes) -> None:
@@ -104,10 +121,10 @@ class Workers:
         self.executor = executor
         self.procs: list[tuple[int, int, int]] = []  # (pid, tasks fd, replies fd)
         self.broken = False
-        for _ in range(count if hasattr(os, "fork") else 0):
+        for _ in range(count if can_fork() else 0):
             task_r, task_w = os.pipe()
             reply_r, reply_w = os.pipe()
-            pid = os.fork()
+            pid = _fork()
             if pid == 0:  # the worker
                 status = 0
                 try:

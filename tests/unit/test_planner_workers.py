@@ -13,7 +13,7 @@ from dsgraph.recompute import truth, workers
 from dsgraph.recompute.planner import plan_checkpoint
 from tests import zoo
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the workers are forked processes")
+pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="the workers are forked processes (Linux)")
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,28 @@ def test_a_dead_worker_leaves_every_result_exact(joint):
     for pid in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_fork_with_threads_running_warns_nobody(joint):
+    """Python 3.12+ warns when a process with threads forks; the planner's forks do not
+    raise under ``-W error`` (the warning would come after the child exists)."""
+    import threading
+    import warnings
+
+    j = joint
+    model = StepModel(j.gm, j.kwargs["num_fwd_outputs"], j.kwargs.get("static_lifetime_input_indices") or [])
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with workers.Workers(model, "inductor", 2) as pool:
+                assert len(pool.procs) == 2
+                assert [p.peak for p in pool.evaluate([[], []])] == [model.evaluate([], "inductor").peak] * 2
+    finally:
+        stop.set()
+        thread.join()
 
 
 def test_worker_count(monkeypatch):
