@@ -227,26 +227,25 @@ def test_dynamic_batch_plans_at_the_size_hint_and_stays_exact():
         assert all(torch.equal(a, b) for a, b in zip(a_run, b_run))
 
 
-@pytest.mark.e2e
-def test_forked_planner_workers_give_the_same_plan_and_gradients(extremes, inductor_extremes, monkeypatch):
-    """Through torch.compile (threads running, Dynamo's and Inductor's state live), the plan
-    made with 3 forked evaluation workers is the plan made in-process, for Inductor's plans
-    and for FX's; as FX code the step's gradients are bitwise the same (through Inductor on
-    CPU two compiles of one plan are not bitwise reproducible, workers or not)."""
+def test_forked_planner_workers_give_the_same_plan_and_gradients(extremes, monkeypatch):
+    """Through torch.compile (Dynamo's and the session's state live), the plan made with 3
+    forked evaluation workers is the plan made in-process, and the step's gradients are
+    bitwise the same (FX code; the Inductor executor's plans with and without workers:
+    tests/unit/test_planner_workers.py)."""
     from dsgraph.recompute import workers
 
     if not workers.can_fork():
         pytest.skip("the planner's workers are forked processes (Linux)")
+    _, smallest = extremes
     keys = ("checkpoint_predicted_peak", "checkpoint_saved_bytes", "checkpoint_recompute_ms",
             "checkpoint_evaluations", "checkpoint_candidates", "checkpoint_recomputed_segments")
-    for options, (_, smallest) in ((INDUCTOR, inductor_extremes), (FX, extremes)):
-        stats, grads = {}, {}
-        for count in ("1", "3"):
-            monkeypatch.setenv(workers.ENV, count)
-            model, inputs = tiny_gpt(dropout=0.0)
-            memory = compile_step(model, inputs, {**options, "memory_budget": smallest * 11 // 10}).memory
-            stats[count] = [memory[k] for k in keys]
-            grads[count] = [p.grad.clone() for p in model.parameters()]
-        assert stats["1"] == stats["3"]
-        assert stats["1"][-1] > 0  # the plan recomputes something
-    assert all(torch.equal(a, b) for a, b in zip(grads["1"], grads["3"]))  # FX: bitwise
+    stats, grads = {}, {}
+    for count in ("1", "3"):
+        monkeypatch.setenv(workers.ENV, count)
+        model, inputs = tiny_gpt(dropout=0.0)
+        memory = compile_step(model, inputs, {**FX, "memory_budget": smallest * 11 // 10}).memory
+        stats[count] = [memory[k] for k in keys]
+        grads[count] = [p.grad.clone() for p in model.parameters()]
+    assert stats["1"] == stats["3"]
+    assert stats["1"][-1] > 0  # the plan recomputes something
+    assert all(torch.equal(a, b) for a, b in zip(grads["1"], grads["3"]))
