@@ -160,8 +160,11 @@ class Workers:
                 busy[r] = (k, w)
             if not busy:
                 break
-            ready, _, _ = select.select(list(busy), [], [])
-            for r in ready:
+            # poll, not select: a process holding many files has descriptors past select's 1024
+            poller = select.poll()
+            for fd in busy:
+                poller.register(fd, select.POLLIN)
+            for r, _ in poller.poll():
                 k, w = busy.pop(r)
                 message = _read(r)
                 reply = pickle.loads(message) if message else ("error", "worker exited")
