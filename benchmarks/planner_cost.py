@@ -32,18 +32,15 @@ from dsgraph.recompute import truth  # noqa: E402
 from dsgraph.recompute.planner import plan_checkpoint  # noqa: E402
 
 
-# what the benchmarks' GPT-2 step is (bf16 autocast, the chunked loss), set by --bf16
-BF16 = {"on": False}
-
-
-def capture(layers: int, device: str, batch: int, seq: int):
+def capture(layers: int, device: str, batch: int, seq: int, bf16: bool = False):
+    """``bf16``: the step as the benchmarks run GPT-2 (bf16 autocast, the chunked loss)."""
     torch.manual_seed(0)
     cfg = GPTConfig(layers=layers, seq=seq)
     with torch.device(device):
         model = GPT(cfg)
         idx = torch.randint(0, cfg.vocab, (batch, seq))
         tgt = torch.randint(0, cfg.vocab, (batch, seq))
-    if not BF16["on"]:
+    if not bf16:
         return truth.capture_joint(model, (idx, tgt))
     from dsgraph.passes.chunk_loss import apply_chunk_loss, plan_chunk_loss
 
@@ -53,9 +50,9 @@ def capture(layers: int, device: str, batch: int, seq: int):
     return truth.capture_joint(model, (idx, tgt), torch.bfloat16, chunked)
 
 
-def measure(layers: int, device: str, batch: int, seq: int) -> dict:
+def measure(layers: int, device: str, batch: int, seq: int, bf16: bool = False) -> dict:
     t0 = time.perf_counter()
-    joint = capture(layers, device, batch, seq)
+    joint = capture(layers, device, batch, seq, bf16)
     capture_s = time.perf_counter() - t0
     row = {"layers": layers, "nodes": len(joint.gm.graph.nodes), "capture_s": round(capture_s, 2)}
     t0 = time.perf_counter()
@@ -84,12 +81,12 @@ def measure(layers: int, device: str, batch: int, seq: int) -> dict:
     return row
 
 
-def profile(layers: int, device: str, batch: int, seq: int, executor: str, out: str) -> None:
+def profile(layers: int, device: str, batch: int, seq: int, executor: str, out: str, bf16: bool = False) -> None:
     """cProfile of plan_checkpoint at the three budgets (stock-met, smallest, halfway)."""
     import cProfile
     import pstats
 
-    joint = capture(layers, device, batch, seq)
+    joint = capture(layers, device, batch, seq, bf16)
     args = (joint.gm, joint.joint_inputs, joint.kwargs)
     prof = cProfile.Profile()
     prof.enable()
@@ -121,11 +118,11 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="bf16 autocast and the chunked loss, as the benchmarks' GPT-2 step runs")
     args = parser.parse_args()
-    BF16["on"] = args.bf16
     if args.profile:
-        profile(int(args.layers.split(",")[0]), args.device, args.batch, args.seq, args.executor, args.profile)
+        profile(int(args.layers.split(",")[0]), args.device, args.batch, args.seq, args.executor, args.profile,
+                args.bf16)
         return
-    rows = [measure(int(n), args.device, args.batch, args.seq) for n in args.layers.split(",")]
+    rows = [measure(int(n), args.device, args.batch, args.seq, args.bf16) for n in args.layers.split(",")]
     print("| layers | joint nodes | stock min-cut s | plan s (inductor: stock / mid / smallest) | "
           "plan s (fx: stock / mid / smallest) | segments | exact evaluations |")
     print("|---|---|---|---|---|---|---|")

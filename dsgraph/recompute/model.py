@@ -53,13 +53,7 @@ class PlanEvaluator:
         return closure(self.joint, self.intervals.saved_of(plan)).saved
 
     def evaluate(self, plan: list[Option], name: str = "") -> Evaluated:
-        saved = self.saved(plan)
-        key = frozenset(saved)
-        if key not in self.cache:
-            index = self.model.index
-            self.cache[key] = self.model.evaluate([index[n] for n in saved], self.executor)
-            self.evaluations += 1
-        return Evaluated(name, plan, saved, self.cache[key])
+        return self.evaluate_many([(plan, name)])[0]
 
     def evaluate_many(self, plans: list[tuple[list[Option], str]]) -> list[Evaluated]:
         """``evaluate`` of each (plan, name), in order; the plans not in the cache are

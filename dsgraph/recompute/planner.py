@@ -214,9 +214,9 @@ def _gc_paused():
 
 def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
           resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
-          lowered: bool, rates_source: str = "bandwidth", mixes: bool = True,
-          pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset(), workers: int = 1,
-          stack: contextlib.ExitStack | None = None) -> CheckpointPlan:
+          lowered: bool, rates_source: str, mixes: bool,
+          pooled: frozenset[str], handled: frozenset[str], workers: int,
+          stack: contextlib.ExitStack) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
     joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
@@ -259,7 +259,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     cuts = candidate_cuts(joint)
     intervals = Intervals(joint, cuts, stock, costs, held, fused=fused, max_len=MAX_SPAN)
     # forked here: the workers hold the step model as it is now (the stock plan evaluated)
-    pool = stack.enter_context(Workers(model, executor, workers)) if workers > 1 and stack is not None else None
+    pool = stack.enter_context(Workers(model, executor, workers)) if workers > 1 else None
     evaluator = PlanEvaluator(joint, model, intervals, executor, pool)
     policies = tuple(p for p in POLICIES if p != "keep")
     rows, const, uniform = measure_terms(evaluator, policies, MAX_SPAN)
@@ -302,8 +302,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     relaxed = _relax(evaluator, intervals, improved, MAX_RELAXED)
     if relaxed is not improved:
         candidates.append(_candidate(relaxed, joint, costs, held, fused))
-    if stack is not None:
-        stack.close()  # the last evaluation is done: the workers exit
+    stack.close()  # the last evaluation is done: the workers exit
     candidates.sort(key=lambda c: (c.seconds, c.peak, c.name))
     bound = lower_bound(joint, model, executor)
     fits = [c for c in candidates if c.peak + margin <= budget]
@@ -428,11 +427,19 @@ def _relax(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, trie
         current = best.plan[k]
         options = [intervals.option(p, current.start, current.stop) for p in POLICIES if p != current.policy]
         cheaper = sorted((o for o in options if o.seconds < current.seconds), key=lambda o: o.seconds)
-        # the options are tried together; the cheapest whose peak is not above is taken
+        # the cheapest whose peak is not above is taken. Workers try the options together;
+        # in this process they are tried one at a time, cheapest first, until one is taken
+        # (evaluating the rest would be wasted work on the planning's critical path)
         trials = [(best.plan[:k] + [option] + best.plan[k + 1:], "relaxed") for option in cheaper]
-        for result in evaluator.evaluate_many(trials):
-            if result.peak.peak <= best.peak.peak:
-                best = result
+        batch = max(len(trials), 1) if evaluator.workers is not None else 1
+        taken = None
+        for first in range(0, len(trials), batch):
+            for result in evaluator.evaluate_many(trials[first:first + batch]):
+                if result.peak.peak <= best.peak.peak:
+                    taken = result
+                    break
+            if taken is not None:
+                best = taken
                 break
     return best
 

@@ -238,7 +238,7 @@ def test_forked_planner_workers_give_the_same_plan_and_gradients(extremes, monke
         pytest.skip("the planner's workers are forked processes (Linux)")
     _, smallest = extremes
     keys = ("checkpoint_predicted_peak", "checkpoint_saved_bytes", "checkpoint_recompute_ms",
-            "checkpoint_evaluations", "checkpoint_candidates", "checkpoint_recomputed_segments")
+            "checkpoint_candidates", "checkpoint_recomputed_segments")
     stats, grads = {}, {}
     for count in ("1", "3"):
         monkeypatch.setenv(workers.ENV, count)

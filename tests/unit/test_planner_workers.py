@@ -10,7 +10,8 @@ import pytest
 from dsgraph.analysis.step_model import StepModel
 from dsgraph.errors import BudgetError
 from dsgraph.recompute import truth, workers
-from dsgraph.recompute.planner import plan_checkpoint
+from dsgraph.recompute.options import POLICIES
+from dsgraph.recompute.planner import MAX_RELAXED, plan_checkpoint
 from tests import zoo
 
 pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="the workers are forked processes (Linux)")
@@ -29,8 +30,10 @@ def _plan(j, budget, executor, count):
 @pytest.mark.parametrize("executor", ["inductor", "fx"])
 def test_plans_with_workers_are_the_plans_without(joint, executor):
     """At a budget between the stock peak and the smallest plan, and at the smallest plan:
-    the same candidates (names, exact peaks, prices), saved values, prediction and number of
-    exact evaluations with 1, 2 and 3 worker processes."""
+    the same candidates (names, exact peaks, prices), saved values and prediction with 1, 2
+    and 3 worker processes. The evaluation counts may differ by the relaxed intervals only:
+    workers try an interval's cheaper options together, the planner's process one at a time
+    until one is taken (``planner._relax``)."""
     stock = _plan(joint, 1 << 50, executor, 1).stock_peak
     with pytest.raises(BudgetError) as info:
         _plan(joint, 1, executor, 1)
@@ -43,7 +46,7 @@ def test_plans_with_workers_are_the_plans_without(joint, executor):
             assert other.candidates == first.candidates
             assert [s.name for s in other.saved] == [s.name for s in first.saved]
             assert other.predicted_peak == first.predicted_peak
-            assert other.evaluations == first.evaluations
+            assert first.evaluations <= other.evaluations <= first.evaluations + MAX_RELAXED * (len(POLICIES) - 2)
     # the smallest plan is found with workers as without
     with pytest.raises(BudgetError) as info:
         _plan(joint, 1, executor, 2)
