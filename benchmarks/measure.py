@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks import workloads
+from benchmarks import kernel_compiles, workloads
 from dsgraph.report.capture import capture as capture_compiles
 from benchmarks.configs import Config, parse
 
@@ -118,13 +118,15 @@ def measure(workload: str, config_text: str, regimes: list[str], device: str, si
     with config.active(), capture as captured:
         compiled = config.compile(model)
         t0 = time.perf_counter()
-        _step(compiled, model, inputs, regimes[0], autocast, device)
-        _sync(device)
+        with kernel_compiles.recorded() as kernels:
+            _step(compiled, model, inputs, regimes[0], autocast, device)
+            _sync(device)
         first_step_s = round(time.perf_counter() - t0, 3)
     records = []
     for regime in regimes:
         record: dict[str, Any] = {"workload": workload, "config": config_text, "regime": regime,
-                                  "size": size, "dtype": dtype, "device": device, "first_step_s": first_step_s}
+                                  "size": size, "dtype": dtype, "device": device, "first_step_s": first_step_s,
+                                  "first_step_kernels": kernel_compiles.summary(kernels)}
         if device.startswith("cuda"):
             model.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
