@@ -59,9 +59,9 @@ def fx_truth(plan, j: truth.JointCapture) -> int:
     return stitch(fx_plan(fw), fx_plan(bw), [Interval("primals", external_bytes(joint), 0, 0)], saved).peak_bytes
 
 
-def smallest(j: truth.JointCapture, executor: str) -> BudgetError:
+def smallest(j: truth.JointCapture, executor: str, workers: int | None = None) -> BudgetError:
     with pytest.raises(BudgetError) as info:
-        plan_checkpoint(j.gm, j.joint_inputs, j.kwargs, 1, executor=executor)
+        plan_checkpoint(j.gm, j.joint_inputs, j.kwargs, 1, executor=executor, workers=workers)
     return info.value
 
 
@@ -149,3 +149,30 @@ def test_smallest_plan_against_exhaustive_search(executor):
     best = min(evaluator.evaluate(plan).peak.peak for plan in plans)
     low = smallest(j, executor).smallest_feasible
     assert low == best, f"planner {low} B, exhaustive {best} B over {len(plans)} plans"
+
+
+# the Inductor executor on the models whose planning takes seconds on CPU; the 24-layer GPT
+# (tens of seconds per plan there) with FX only
+WORKER_CASES = [(n, "fx") for n in NAMES] + [(n, "inductor") for n in ("llama", "cnn", "masked")]
+
+
+@pytest.mark.parametrize("name,executor", WORKER_CASES)
+def test_forked_workers_give_the_same_plans_on_the_zoo(name, executor):
+    """The planner's forked evaluation workers (recompute.workers) on models beyond the
+    unit test's gated network: at the smallest plan and halfway to the stock peak, the
+    same candidates, saved values and prediction with 2 workers as in-process."""
+    from dsgraph.recompute import workers
+
+    if not workers.can_fork():
+        pytest.skip("the planner's workers are forked processes (Linux)")
+    _requires(name)
+    j = captured(name)
+    low = smallest(j, executor, workers=1).smallest_feasible
+    assert smallest(j, executor, workers=2).smallest_feasible == low
+    budget = (stock_peak(j, executor) + low) // 2
+    plans = [plan_checkpoint(j.gm, j.joint_inputs, j.kwargs, budget, executor=executor, workers=count)
+             for count in (1, 2)]
+    assert plans[0].regions, "halfway, the plan must recompute something"
+    assert plans[1].candidates == plans[0].candidates
+    assert [t.name for t in plans[1].saved] == [t.name for t in plans[0].saved]
+    assert plans[1].predicted_peak == plans[0].predicted_peak
