@@ -9,7 +9,8 @@ the step began, pool or not, the time the request took in the compiling process 
 compile when serial, a submission when pooled); and when each graph's lowering began
 (``GraphLowering``: the forward's, then the backward's). Counts only; changes nothing,
 except with ``BENCH_WAIT_POOL=1`` (an experiment, for any backend): each graph's lowering
-first waits until the pool answers (``AsyncCompile.wait_pool_ready``), recorded as
+first waits until the pool has answered its first job (the future
+``use_process_pool`` checks), recorded as
 ``waited_s``.
 """
 
@@ -47,7 +48,7 @@ def recorded() -> Iterator[Seen]:
     def init(self, *args, **kwargs):
         start = time.perf_counter()
         seen.graphs.append(start - t0)
-        if wait and AsyncCompile.use_process_pool() is False and AsyncCompile._ready_future is not None:
+        if wait and not AsyncCompile.use_process_pool() and AsyncCompile._ready_future is not None:
             AsyncCompile._ready_future.result(timeout=120)
             seen.waited += time.perf_counter() - start
         original_init(self, *args, **kwargs)

@@ -51,7 +51,6 @@ from .inductor import (
     inductor_size_hint,
     pin_collectives,
     post_fusion_hook,
-    warm_compile_pool,
 )
 from .ops import (
     HigherOrderOperator,
@@ -74,7 +73,7 @@ __all__ = [
     "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
     "arena_inductor_patches", "at_backward_end", "graph_task_id", "collective_order_patches", "control_deps_op", "group_name",
     "pin_collectives", "real_tensors", "wait_tensor_op",
-    "boxed_fx", "check_version", "compile_fx", "compile_fx_inner", "warm_compile_pool", "contiguous_strides", "copy_graph_module",
+    "boxed_fx", "check_version", "compile_fx", "compile_fx_inner", "contiguous_strides", "copy_graph_module",
     "custom_partitioner_base", "default_partition", "detect_fake_mode", "dsgraph_compile_config",
     "dynamo_graph_inputs", "explain", "extract_partition", "fake_mode_of", "fallback_random", "fx_graph_cse",
     "graph_handler", "has_side_effects", "hash_for_files", "hook_dicts", "inductor_mode_options", "inductor_size_hint", "is_op",

@@ -14,23 +14,6 @@ def compile_fx(*args: Any, **kwargs: Any) -> Any:
     return _compile_fx(*args, **kwargs)
 
 
-def warm_compile_pool() -> None:
-    """Start Inductor's kernel-compile worker pool now, as its own backend does on entry
-    (``torch._dynamo.backends.inductor``; ``compile_fx`` only wakes it later, and only for
-    GPU inputs). Until the pool has answered a first job, Inductor compiles each Triton
-    kernel in this process, one after the other, so a pool that comes up late makes the
-    first step longer. Only with a GPU: the pool compiles GPU kernels."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return
-    try:
-        from torch._inductor.async_compile import maybe_warm_pool
-    except ImportError:  # a torch without it: compile_fx's wakeup still starts the pool
-        return
-    maybe_warm_pool()
-
-
 def compile_fx_inner(*args: Any, **kwargs: Any) -> Any:
     from torch._inductor.compile_fx import compile_fx_inner as _inner
 

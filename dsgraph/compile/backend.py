@@ -82,8 +82,6 @@ def dsgraph_backend(
     config = make_config(opts, os.environ)
     if mode not in (None, "default") and not opts.inductor:
         raise ValueError(f"torch.compile(mode={mode!r}) configures Inductor, but dsgraph option inductor=False")
-    if opts.inductor:
-        compat.warm_compile_pool()  # as backend="inductor" does: the pool starts before the passes
     patches = compat.inductor_mode_options(mode) if opts.inductor else {}
     if opts.inductor and opts.arena:
         patches.update(compat.arena_inductor_patches())  # only inside dsgraph's compile_fx

@@ -432,12 +432,9 @@ def _relax(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, trie
         # (evaluating the rest would be wasted work on the planning's critical path)
         trials = [(best.plan[:k] + [option] + best.plan[k + 1:], "relaxed") for option in cheaper]
         batch = max(len(trials), 1) if evaluator.workers is not None else 1
-        taken = None
         for first in range(0, len(trials), batch):
-            for result in evaluator.evaluate_many(trials[first:first + batch]):
-                if result.peak.peak <= best.peak.peak:
-                    taken = result
-                    break
+            results = evaluator.evaluate_many(trials[first:first + batch])
+            taken = next((r for r in results if r.peak.peak <= best.peak.peak), None)
             if taken is not None:
                 best = taken
                 break
