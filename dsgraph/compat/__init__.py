@@ -7,6 +7,7 @@ access anywhere else.
 Checked: 2.11 (GPU machines) and 2.13 (CPU, CI); each module says what it covers.
 """
 
+from . import inductor_ahead
 from .autograd import at_backward_end, graph_task_id, hook_dicts, post_accumulate_hooks, tensor_hooks
 from .distributed import all_reduce_op, group_name, wait_tensor_op
 from .dynamo import dynamo_graph_inputs, explain, reset
@@ -68,6 +69,7 @@ from .trace import trace_artifact, tracing
 from .version import SUPPORTED, TORCH_VERSION, check_version
 
 __all__ = [
+    "inductor_ahead",
     "CodegenOnly", "inductor_codegen_only", "inductor_layout_constraint", "inductor_layout_opt_possible", "inductor_registries", "inductor_rules", "min_cut_saved_names",
     "min_cut_partition_if",
     "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",

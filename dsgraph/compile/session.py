@@ -19,6 +19,7 @@ The session names no pass: what a pass changes beyond its graph goes through the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -40,7 +41,7 @@ from ..report.reports import GraphReport
 from ..runtime import handles
 from ..runtime.wrappers import boxed, variant_switch
 from ..units import format_bytes
-from . import registry
+from . import ahead, registry
 from .manager import run_passes, run_variant_passes, write_final_dumps
 from .partition_edit import pass_inputs_to_backward
 
@@ -112,6 +113,10 @@ class CompileSession:
         self.stages: dict[str, StageGraphs] = {}
         current = capture.current()
         self.captured: CapturedCompile | None = None
+        # the backward compiled in Inductor's worker while the forward compiles (ahead.py)
+        self.ahead_wanted = False
+        self.partitioned_backward: torch.fx.GraphModule | None = None
+        self.backward_ahead: ahead.BackwardAhead | None = None
         if current is not None:
             self.captured = CapturedCompile(compile_id, config.options.inductor, self.stages)
             current.compiles.append(self.captured)
@@ -136,6 +141,7 @@ class CompileSession:
             self.state.backward_input_names = pass_inputs_to_backward(
                 fw, bw, self.state.backward_receives, kwargs["num_fwd_outputs"])
         self.state.saved_names = saved_names(bw)
+        self.partitioned_backward = bw
         if self.captured is not None:
             self.captured.saved_names = list(self.state.saved_names)
         text, figures = partition_summary(fw, bw)
@@ -154,13 +160,15 @@ class CompileSession:
         stage = stage_of(kwargs)
         start = time.perf_counter()
         log.info("%s_%s: compiling the %s graph (%d nodes)", self.compile_id, stage, stage, len(gm.graph.nodes))
+        if stage == "forward":
+            self._start_backward_ahead(kwargs)
         ctx = PassContext(self.config, stage, f"{self.compile_id}_{stage}", example_inputs, self.state)
         report = self._new_report(stage)
         passes = registry.stage_passes(self.config.pipeline, stage)
         # graphs are kept (and Inductor's plan read, which needs a compile that misses its
         # FX graph cache) only for dumps, captures (memory_profile) and post-compile checks
         keep_before = self.captured is not None or bool(self.config.dump_dir)
-        keep = keep_before or bool(self.state.post_compile_checks)
+        keep = self._keeps()
         before = compat.copy_graph_module(gm) if keep_before else None
         gm = run_passes(gm, ctx, passes, report)
         variants = []
@@ -197,17 +205,44 @@ class CompileSession:
         log.info("%s_%s: compiled in %.1f s", self.compile_id, stage, report.compile_seconds)
         return compiled
 
+    def _keeps(self) -> bool:
+        """Does this stage's compile keep its graphs and Inductor's plan (dumps, captures,
+        post-compile checks)?"""
+        return self.captured is not None or bool(self.config.dump_dir) or bool(self.state.post_compile_checks)
+
+    def _start_backward_ahead(self, forward_kwargs: dict) -> None:
+        """Send the partitioned backward to Inductor's worker, when nothing of the backward
+        stage will rewrite it (ahead.py)."""
+        bw, self.partitioned_backward = self.partitioned_backward, None
+        if not self.ahead_wanted or bw is None:
+            return
+        if any(registry.spec(p.name).rewrites for p in registry.stage_passes(self.config.pipeline, "backward")):
+            return
+        self.backward_ahead = ahead.start(bw, forward_kwargs, want_plan=self._keeps())
+        if self.backward_ahead is not None:
+            log.info("%s_backward: sent to Inductor's worker, compiling beside the forward (%.2f s to send)",
+                     self.compile_id, self.backward_ahead.submitted_s)
+
     def _backend_compile(self, gm, ctx: PassContext, report: GraphReport, kwargs: dict, stage: str, keep: bool):
         """``compile_fx_inner`` (recording Inductor's buffer plan when ``keep``) or the FX code."""
         if not self.config.options.inductor:
             return compat.boxed_fx(gm)
+        early = None
+        if stage == "backward":
+            early, self.backward_ahead = self.backward_ahead, None
         try:
-            if keep:
-                with GraphCapture().active() as graphs:
+            with early.serving() if early is not None else contextlib.nullcontext():
+                if keep:
+                    with GraphCapture().active() as graphs:
+                        compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
+                    plan = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
+                    if plan is None and early is not None and early.served:
+                        plan = early.plan  # read by the worker, from its scheduler
+                    self.stages[stage].inductor = plan
+                else:
                     compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
-                self.stages[stage].inductor = inductor_plan(graphs.graphs[0]) if graphs.graphs else None
-            else:
-                compiled = compat.compile_fx_inner(gm, ctx.example_inputs, **kwargs)
+            if early is not None:
+                report.memory.update(early.figures())
         except Exception as e:
             changed = [p.name for p in report.passes if p.changed]
             if not changed:
@@ -274,6 +309,10 @@ class CompileSession:
         if self.captured is not None:
             self.captured.dynamo_inputs = capture.dynamo_inputs(gm)
         self.state.graph_params = graph_params(gm)
+        self.ahead_wanted = self.config.options.inductor and ahead.wanted(self.config.options.compile_ahead,
+                                                                          example_inputs)
+        if self.ahead_wanted:
+            ahead.warm_up()
         gm = self.pre_grad(gm, example_inputs)
         partitioner = make_partitioner(self)
         with compat.dsgraph_compile_config():

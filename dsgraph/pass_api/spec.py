@@ -19,6 +19,10 @@ class PassSpec:
     reads: tuple[str, ...] = ()  # analyses it needs, by class name
     preserves: tuple[str, ...] = ()  # analyses still valid after it changed the graph
     mutates: bool = False  # adds in-place ops / aliasing: runs after functional passes
+    # Changes the graph it is given (False: reads it, and at most annotates node.meta under
+    # "dsgraph_" keys): a backward whose passes rewrite nothing is the partition's graph,
+    # which the session can send to be compiled ahead (compile/ahead.py)
+    rewrites: bool = True
     handles_mutation: bool = False  # may run after a pass that ``mutates``
     # The step is wrong without it (the all-reduce): when any pass of a pipeline holding it
     # fails, the failure is raised instead of compiling the graph without dsgraph's passes.

@@ -18,6 +18,7 @@ from dsgraph.pass_api import PassContext, PassResult, PassSpec
 SPEC = PassSpec(
     name="lifetimes",
     handles_mutation=True,  # storage-aware: views and in-place ops are understood
+    rewrites=False,
     stages=("forward", "backward", "inference"),
     reads=("TensorLifetimes",),
     preserves=("TensorLifetimes",),

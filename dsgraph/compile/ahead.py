@@ -1,0 +1,122 @@
+"""The backward compiled ahead: in a subprocess, while this process compiles the forward.
+
+AOTAutograd compiles a training graph's forward, then its backward, in the compiling
+process; with recomputation the backward is the larger of the two (GPT-2-small with a
+budget on the H200: 10.6 s against the forward's 5 s, docs/BENCHMARKS.md session 16). Both
+exist once the joint graph is partitioned, so when the forward's compile starts, the
+backward is sent to Inductor's compile worker (``compat.inductor_ahead``) and compiled
+there at the same time. When AOTAutograd then compiles the backward here, Inductor's
+codegen step is served the worker's ``CompiledFxGraph`` if, and only if, the graph, its
+inputs, the compile arguments and Inductor's config are what the worker compiled
+(``compat.inductor_ahead.fingerprint``); otherwise (a backward pass changed the graph, the
+compiled forward returned other strides) it compiles here as it always did. The worker
+runs the same Inductor code on the same pickled graph, so the result is what this process
+would have produced; tests/e2e/test_compile_ahead.py holds the gradients bitwise equal.
+
+When a post-compile check or a dump needs Inductor's buffer plan of the backward
+(``analysis.inductor_plan``), the worker reads it from its own scheduler and returns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import time
+from typing import Any
+
+import torch
+
+from .. import compat
+from ..analysis.inductor_plan import GraphCapture, inductor_plan
+from ..analysis.plan import GraphPlan
+
+log = logging.getLogger("dsgraph")
+
+
+def wanted(option: Any, example_inputs) -> bool:
+    """``compile_ahead``: "auto" is on for graphs on a GPU (where the compiling process's
+    Python is the first step's longest part; a CPU compile is mostly the C++ compiler,
+    which already runs beside it)."""
+    if option != "auto":
+        return bool(option)
+    return any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+
+
+def warm_up() -> None:
+    """Start the worker now, while Dynamo's graph is traced and planned."""
+    compat.inductor_ahead.warm(_warm_child)
+
+
+def _warm_child() -> None:
+    compat.inductor_ahead.warm_child_compiler()
+
+
+@dataclasses.dataclass
+class BackwardAhead:
+    future: Any
+    fingerprint: tuple
+    submitted_s: float  # seconds this process spent preparing and sending it
+    plan: GraphPlan | None = None
+    child_s: float | None = None  # the worker's compile, seconds
+    waited_s: float = 0.0  # how long this process waited for it
+    error: str | None = None
+    served: list = dataclasses.field(default_factory=list)
+
+    def result(self, gm: torch.fx.GraphModule) -> Any:
+        start = time.perf_counter()
+        try:
+            pickled, self.plan, self.child_s = self.future.result()
+            return compat.inductor_ahead.output_code(pickled, gm)
+        except Exception as e:  # noqa: BLE001  the graph compiles here instead
+            self.error = f"{type(e).__name__}: {e}"
+            log.warning("the backward compiled ahead failed (%s); compiling it in this process", self.error)
+            return None
+        finally:
+            self.waited_s = time.perf_counter() - start
+
+    def serving(self):
+        return compat.inductor_ahead.serving(self.fingerprint, self.result, self.served)
+
+    def figures(self) -> dict[str, Any]:
+        return {"compile_ahead_served": bool(self.served), "compile_ahead_submit_s": round(self.submitted_s, 3),
+                "compile_ahead_child_s": None if self.child_s is None else round(self.child_s, 3),
+                "compile_ahead_wait_s": round(self.waited_s, 3), "compile_ahead_error": self.error}
+
+
+def start(bw: torch.fx.GraphModule, forward_kwargs: dict[str, Any], want_plan: bool) -> BackwardAhead | None:
+    """Send the partitioned backward to the worker; None where it cannot go (dynamic sizes,
+    something Inductor's protocol does not carry)."""
+    begin = time.perf_counter()
+    example_inputs = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
+    if not compat.inductor_ahead.static_inputs(example_inputs):
+        return None
+    kwargs = compat.inductor_ahead.backward_kwargs(bw, forward_kwargs)
+    pickled = compat.inductor_ahead.serialize(bw, example_inputs, kwargs)
+    if pickled is None:
+        return None
+    checked = compat.inductor_ahead.inputs_to_check(example_inputs, kwargs)
+    fingerprint = compat.inductor_ahead.fingerprint(bw, example_inputs, checked, kwargs)
+    future = compat.inductor_ahead.submit(_child, pickled, want_plan)
+    return BackwardAhead(future, fingerprint, time.perf_counter() - begin)
+
+
+def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool):
+    """In the worker: Inductor's compile of the graph, and its buffer plan when asked."""
+    begin = time.perf_counter()
+    for module in ("linear_cross_entropy", "ops"):  # dsgraph's ops exist before the graph is read
+        importlib.import_module(f"dsgraph.runtime.{module}")
+    capture = GraphCapture()
+    output = compat.inductor_ahead.run_in_child(pickled_input, extra_env,
+                                                capture.active if want_plan else contextlib.nullcontext)
+    plan = _portable(inductor_plan(capture.graphs[0])) if want_plan and capture.graphs else None
+    return output, plan, time.perf_counter() - begin
+
+
+def _portable(plan: GraphPlan) -> GraphPlan:
+    """The plan without its symbolic-size closures (the graph is static: each is its
+    number of bytes), so it pickles back to the parent."""
+    plan.blocks = [dataclasses.replace(b, expr=None) for b in plan.blocks]
+    plan.input_expr = {}
+    return plan

@@ -1,0 +1,21 @@
+"""compile_ahead on a CUDA GPU ("auto" is on there): the backward compiled in Inductor's
+worker is served, with gradients bitwise equal to the in-process compile, and the budget's
+check reads the same plan (skipped without CUDA)."""
+
+import pytest
+
+from tests.e2e.test_compile_ahead import _bitwise, _step
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("budget", [None, "256MiB"])
+def test_auto_serves_the_backward_bitwise(budget):
+    options = {} if budget is None else {"memory_budget": budget}
+    here = _step({**options, "compile_ahead": False}, "cuda")
+    ahead = _step(options, "cuda")
+    figures = ahead[2]["backward"].memory
+    assert figures.get("compile_ahead_served") is True, figures
+    assert _bitwise(here, ahead)
+    if budget is not None:
+        assert ahead[2]["joint"].memory["checkpoint_inductor_peak"] == here[2]["joint"].memory["checkpoint_inductor_peak"]
