@@ -179,7 +179,7 @@ def run_in_child(pickled_input: Any, extra_env: dict[str, str], inner: Callable[
 
     class _WithContext(base):  # type: ignore[misc, valid-type]
         def codegen_and_compile(self, *args: Any, **kwargs: Any) -> Any:
-            with inner():
+            with _defaults_for_the_uncarried(), inner():
                 return super().codegen_and_compile(*args, **kwargs)
 
     ext._InProcessFxCompile = _WithContext
@@ -187,6 +187,24 @@ def run_in_child(pickled_input: Any, extra_env: dict[str, str], inner: Callable[
         return _SubprocessFxCompile._run_in_child_subprocess(pickled_input, extra_env)
     finally:
         ext._InProcessFxCompile = base
+
+
+@contextlib.contextmanager
+def _defaults_for_the_uncarried() -> Iterator[None]:
+    """Inductor's child poisons every virtualized global it does not carry over from the
+    parent (``_VirtualizedSerializerContextManager``), but its codegen reads some of them:
+    the mix-order reduction kernels of a CUDA backward read ``V.interpreter`` (torch 2.11 on
+    the H200: "Attempt to use poisoned virtualized value 'interpreter'"). The parent's
+    backward compile runs with no graph active, where each of those is its default: so is
+    it here."""
+    from torch._inductor import virtualized
+
+    with contextlib.ExitStack() as stack:
+        for var in list(vars(virtualized).values()):
+            if (isinstance(var, virtualized.Virtualized)
+                    and getattr(virtualized.threadlocal, var._key, None) is virtualized._PoisonedVirtual):
+                stack.enter_context(var._set_handler(var._default()))
+        yield
 
 
 def warm_child_compiler() -> None:
