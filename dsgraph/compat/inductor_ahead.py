@@ -20,7 +20,8 @@ would return):
   and the cudagraph policy stay Inductor's own;
 - ``fingerprint``: what must be equal for the child's result to be the one this process
   would produce: the graph's code and every node's metadata that Inductor reads, the
-  inputs' sizes and strides, the compile arguments and Inductor's config.
+  inputs' sizes and strides, the compile arguments, Inductor's config and the process-wide
+  settings its codegen reads (``global_settings``, which the child applies).
 
 Checked on torch 2.13 (CPU) and 2.11 (H200).
 """
@@ -28,6 +29,7 @@ Checked on torch 2.13 (CPU) and 2.11 (H200).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from concurrent.futures import Future
@@ -42,10 +44,43 @@ _UNCOMPARED_KWARGS = ("boxed_forward_device_index",)
 _UNCOMPARED_CONFIG = ("fx_graph_cache", "_post_fusion_custom_pass")
 
 
+@functools.lru_cache(maxsize=None)
 def _pool():
-    from torch._inductor.compile_fx_subproc import _SubprocessFxCompile
+    """One worker, forked from Inductor's sidecar process (which has imported torch already;
+    ``_SubprocessFxCompile``'s own pool spawns its worker, a second import of torch on the
+    first step's critical path: 8 s late on the H200, session 17)."""
+    import atexit
 
-    return _SubprocessFxCompile.process_pool()
+    from torch._inductor.compile_worker.subproc_pool import SubprocKind, SubprocPool
+
+    pool = SubprocPool(1, kind=SubprocKind.FORK)
+    atexit.register(pool.shutdown)
+    return pool
+
+
+def global_settings() -> tuple:
+    """Process-wide torch settings Inductor's codegen reads (the ones its FX graph cache
+    keys on): deterministic algorithms (an embedding backward's scatter without atomics) and
+    the matmul precision flags. Not part of Inductor's out-of-process protocol."""
+    matmul = torch.backends.cuda.matmul
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            bool(getattr(torch.utils.deterministic, "fill_uninitialized_memory", False)),
+            torch.get_float32_matmul_precision(), bool(matmul.allow_tf32),
+            bool(matmul.allow_fp16_reduced_precision_reduction), bool(matmul.allow_bf16_reduced_precision_reduction),
+            bool(torch.backends.cudnn.allow_tf32))
+
+
+def apply_global_settings(settings: tuple) -> None:
+    deterministic, warn_only, fill, precision, tf32, fp16_reduced, bf16_reduced, cudnn_tf32 = settings
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    if hasattr(torch.utils.deterministic, "fill_uninitialized_memory"):
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    torch.set_float32_matmul_precision(precision)
+    matmul = torch.backends.cuda.matmul
+    matmul.allow_tf32 = tf32
+    matmul.allow_fp16_reduced_precision_reduction = fp16_reduced
+    matmul.allow_bf16_reduced_precision_reduction = bf16_reduced
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
 def static_inputs(example_inputs: Sequence[Any]) -> bool:
@@ -216,7 +251,10 @@ def warm_child_compiler() -> None:
         importlib.import_module(module)
     from torch._inductor.async_compile import AsyncCompile
 
+    # Inductor compiles kernels in the compiling process, one by one, until its pool has
+    # answered a first job: wait for that here, before any graph comes
     AsyncCompile.warm_pool()
+    AsyncCompile.wait_pool_ready()
 
 
 def output_code(pickled_output: Any, gm: torch.fx.GraphModule) -> Any:
@@ -259,7 +297,8 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], checked
                           if k not in _UNCOMPARED_KWARGS and k != "compile_region_name"))
     settings = tuple(sorted((k, _meta_value(v)) for k, v in config.save_config_portable().items()
                             if k not in _UNCOMPARED_CONFIG))
-    return (gm.code, nodes, tuple(_meta_value(x) for x in example_inputs), tuple(checked), kwargs, settings)
+    return (gm.code, nodes, tuple(_meta_value(x) for x in example_inputs), tuple(checked), kwargs, settings,
+            global_settings())
 
 
 @contextlib.contextmanager

@@ -57,6 +57,7 @@ def _warm_child() -> None:
 class BackwardAhead:
     future: Any
     fingerprint: tuple
+    settings: tuple  # the process-wide torch settings the worker must compile under
     submitted_s: float  # seconds this process spent preparing and sending it
     plan: GraphPlan | None = None
     child_s: float | None = None  # the worker's compile, seconds
@@ -67,7 +68,9 @@ class BackwardAhead:
     def result(self, gm: torch.fx.GraphModule) -> Any:
         start = time.perf_counter()
         try:
-            pickled, self.plan, self.child_s = self.future.result()
+            pickled, self.plan, self.child_s, seen = self.future.result()
+            if seen != self.settings:
+                raise RuntimeError(f"the worker compiled under torch settings {seen}, not {self.settings}")
             return compat.inductor_ahead.output_code(pickled, gm)
         except Exception as e:  # noqa: BLE001  the graph compiles here instead
             self.error = f"{type(e).__name__}: {e}"
@@ -98,20 +101,22 @@ def start(bw: torch.fx.GraphModule, forward_kwargs: dict[str, Any], want_plan: b
         return None
     checked = compat.inductor_ahead.inputs_to_check(example_inputs, kwargs)
     fingerprint = compat.inductor_ahead.fingerprint(bw, example_inputs, checked, kwargs)
-    future = compat.inductor_ahead.submit(_child, pickled, want_plan)
-    return BackwardAhead(future, fingerprint, time.perf_counter() - begin)
+    settings = compat.inductor_ahead.global_settings()
+    future = compat.inductor_ahead.submit(_child, pickled, want_plan, settings)
+    return BackwardAhead(future, fingerprint, settings, time.perf_counter() - begin)
 
 
-def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool):
+def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool, settings: tuple):
     """In the worker: Inductor's compile of the graph, and its buffer plan when asked."""
     begin = time.perf_counter()
+    compat.inductor_ahead.apply_global_settings(settings)
     for module in ("linear_cross_entropy", "ops"):  # dsgraph's ops exist before the graph is read
         importlib.import_module(f"dsgraph.runtime.{module}")
     capture = GraphCapture()
     output = compat.inductor_ahead.run_in_child(pickled_input, extra_env,
                                                 capture.active if want_plan else contextlib.nullcontext)
     plan = _portable(inductor_plan(capture.graphs[0])) if want_plan and capture.graphs else None
-    return output, plan, time.perf_counter() - begin
+    return output, plan, time.perf_counter() - begin, compat.inductor_ahead.global_settings()
 
 
 def _portable(plan: GraphPlan) -> GraphPlan:

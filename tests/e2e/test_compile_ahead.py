@@ -82,3 +82,17 @@ def test_a_graph_other_than_the_childs_compiles_here():
 def test_the_option_is_validated(value):
     with pytest.raises(ValueError, match="compile_ahead"):
         dsgraph.validate_options({"compile_ahead": value})
+
+
+def test_the_workers_torch_settings_are_this_processs():
+    """Deterministic algorithms change what Inductor generates (an embedding backward's
+    scatter); the worker compiles under this process's setting, and the fingerprint holds
+    it, so the backward is still served, bitwise."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        here = _step({"compile_ahead": False})
+        ahead = _step({"compile_ahead": True})
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert ahead[2]["backward"].memory["compile_ahead_served"] is True
+    assert _bitwise(here, ahead)

@@ -3,14 +3,25 @@ worker is served, with gradients bitwise equal to the in-process compile, and th
 check reads the same plan (skipped without CUDA)."""
 
 import pytest
+import torch
 
 from tests.e2e.test_compile_ahead import _bitwise, _step
 
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture
+def deterministic():
+    """The embedding backward accumulates with atomics on CUDA: two runs of one graph differ
+    in the last bit. With deterministic algorithms the worker must compile as this process
+    does (the setting travels with the graph)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
 @pytest.mark.parametrize("budget", [None, "256MiB"])
-def test_auto_serves_the_backward_bitwise(budget):
+def test_auto_serves_the_backward_bitwise(budget, deterministic):
     options = {} if budget is None else {"memory_budget": budget}
     here = _step({**options, "compile_ahead": False}, "cuda")
     ahead = _step(options, "cuda")
