@@ -1,5 +1,6 @@
 # Session 17, H200 call 1 (issue 12, the first step with a budget): the backward compiled in
-# Inductor's worker while the forward compiles (compile_ahead, "auto" = on for CUDA graphs).
+# Inductor's worker while the forward compiles (compile_ahead; on by default for CUDA graphs when
+# these calls ran, off by default since: see docs/BENCHMARKS.md, session 17).
 # First the GPU tests (served, bitwise equal to the in-process compile, same checked plan),
 # then alternating first steps with fresh caches: Inductor, dsgraph 2.94 GiB (compile_ahead
 # auto) and dsgraph 2.94 GiB with compile_ahead=false, each run its own process. Call 1 ran

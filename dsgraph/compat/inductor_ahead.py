@@ -29,7 +29,6 @@ Checked on torch 2.13 (CPU) and 2.11 (H200).
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from concurrent.futures import Future
@@ -44,18 +43,14 @@ _UNCOMPARED_KWARGS = ("boxed_forward_device_index",)
 _UNCOMPARED_CONFIG = ("fx_graph_cache", "_post_fusion_custom_pass")
 
 
-@functools.lru_cache(maxsize=None)
 def _pool():
-    """One worker, forked from Inductor's sidecar process (which has imported torch already;
-    ``_SubprocessFxCompile``'s own pool spawns its worker, a second import of torch on the
-    first step's critical path: 8 s late on the H200, session 17)."""
-    import atexit
+    """``_SubprocessFxCompile``'s worker: one spawned interpreter. A worker forked from
+    Inductor's sidecar (no second import of torch) cannot compile a CUDA graph: the sidecar
+    has initialised CUDA, and the fake CUDA tensors of the graph's inputs need it ("Cannot
+    re-initialize CUDA in forked subprocess", the H200 in session 17)."""
+    from torch._inductor.compile_fx_subproc import _SubprocessFxCompile
 
-    from torch._inductor.compile_worker.subproc_pool import SubprocKind, SubprocPool
-
-    pool = SubprocPool(1, kind=SubprocKind.FORK)
-    atexit.register(pool.shutdown)
-    return pool
+    return _SubprocessFxCompile.process_pool()
 
 
 def global_settings() -> tuple:

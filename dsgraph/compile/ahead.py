@@ -15,6 +15,15 @@ would have produced; tests/e2e/test_compile_ahead.py holds the gradients bitwise
 
 When a post-compile check or a dump needs Inductor's buffer plan of the backward
 (``analysis.inductor_plan``), the worker reads it from its own scheduler and returns it.
+
+Off by default (``compile_ahead=True`` turns it on). Measured on the H200 (session 17,
+GPT-2-small at 2.94 GiB, docs/BENCHMARKS.md): the backward was served, but the worker (a
+spawned interpreter that imports torch, then starts its own kernel-compile pool) was ready
+about 8 s after the backward was sent, so the first step took 3-7 s longer than without
+it. A worker forked from Inductor's sidecar cannot initialise CUDA. Until the worker is
+ready in time, the option costs the first step on a GPU; the bitwise GPU test has not
+passed yet (its first run lacked deterministic algorithms, the second could not start the
+worker).
 """
 
 from __future__ import annotations
@@ -33,15 +42,6 @@ from ..analysis.inductor_plan import GraphCapture, inductor_plan
 from ..analysis.plan import GraphPlan
 
 log = logging.getLogger("dsgraph")
-
-
-def wanted(option: Any, example_inputs) -> bool:
-    """``compile_ahead``: "auto" is on for graphs on a GPU (where the compiling process's
-    Python is the first step's longest part; a CPU compile is mostly the C++ compiler,
-    which already runs beside it)."""
-    if option != "auto":
-        return bool(option)
-    return any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
 
 
 def warm_up() -> None:

@@ -264,4 +264,7 @@ def resolve(options: Options, env: Mapping[str, str]) -> Pipeline:
             )
     pipeline = Pipeline(tuple(p for p in pipeline if p.name not in disabled))
     _check_executor(pipeline, options)
+    if options.compile_ahead and not options.inductor:
+        raise ValueError("dsgraph option 'compile_ahead' compiles the backward with Inductor in a worker "
+                         "process; with inductor=False the graphs run as FX code and nothing is compiled")
     return pipeline

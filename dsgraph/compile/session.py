@@ -309,8 +309,7 @@ class CompileSession:
         if self.captured is not None:
             self.captured.dynamo_inputs = capture.dynamo_inputs(gm)
         self.state.graph_params = graph_params(gm)
-        self.ahead_wanted = self.config.options.inductor and ahead.wanted(self.config.options.compile_ahead,
-                                                                          example_inputs)
+        self.ahead_wanted = self.config.options.inductor and self.config.options.compile_ahead
         if self.ahead_wanted:
             ahead.warm_up()
         gm = self.pre_grad(gm, example_inputs)

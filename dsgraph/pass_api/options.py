@@ -36,8 +36,8 @@ class Options:
     lower_triton: bool = False
     dump_dir: str | None = None
     debug: bool = False
-    # the backward compiled in a subprocess while the forward compiles ("auto": on a GPU)
-    compile_ahead: Any = "auto"
+    # the backward compiled in a subprocess while the forward compiles (compile/ahead.py)
+    compile_ahead: bool = False
     # Keys the user actually passed: precedence rules only compare explicit choices.
     explicit: frozenset = frozenset()
 
@@ -76,8 +76,7 @@ OPTION_HELP = {
     "lower_triton": "bool: lower fused regions to dsgraph's Triton kernels",
     "dump_dir": "str: folder for per-pass graph dumps",
     "debug": "bool: lint after every pass, poison freed memory",
-    "compile_ahead": "'auto' (on a GPU), True or False: compile the backward in a subprocess while the "
-                     "forward compiles",
+    "compile_ahead": "bool: compile the backward in Inductor's worker process while the forward compiles",
 }
 
 # Options whose feature is registered in the design but not built yet. When a feature
@@ -89,12 +88,6 @@ def _bool(key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"dsgraph option '{key}' must be a bool (True or False), got {value!r}")
     return value
-
-
-def _auto_or_bool(key: str, value: object) -> object:
-    if (isinstance(value, str) and value == "auto") or isinstance(value, bool):
-        return value
-    raise ValueError(f"dsgraph option '{key}' must be 'auto', True or False, got {value!r}")
 
 
 def _choice(key: str, value: object, accepted: tuple[str, ...]) -> str:
@@ -147,7 +140,7 @@ _VALIDATORS = {
     "lower_triton": lambda v: _bool("lower_triton", v),
     "dump_dir": lambda v: _optional_str("dump_dir", v),
     "debug": lambda v: _bool("debug", v),
-    "compile_ahead": lambda v: _auto_or_bool("compile_ahead", v),
+    "compile_ahead": lambda v: _bool("compile_ahead", v),
 }
 
 assert set(_VALIDATORS) == set(OPTION_HELP)

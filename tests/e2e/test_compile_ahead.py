@@ -1,4 +1,4 @@
-"""The backward compiled ahead in Inductor's worker (compile_ahead, compile/ahead.py) on CPU:
+"""The backward compiled ahead in Inductor's worker (``compile_ahead=True``, compile/ahead.py) on CPU:
 served when the graph is the partition's, with gradients bitwise equal to the in-process
 compile and the same buffer plan read for the budget's check; not sent when a backward pass
 rewrites the graph; any other graph compiles in the process."""
@@ -54,7 +54,7 @@ def test_not_sent_when_a_backward_pass_rewrites_the_graph():
     assert _bitwise(here, ahead)
 
 
-def test_auto_is_off_on_cpu():
+def test_off_by_default():
     _, _, reports = _step({})
     assert "compile_ahead_served" not in reports["backward"].memory
 
@@ -78,7 +78,7 @@ def test_a_graph_other_than_the_childs_compiles_here():
     assert torch.allclose(out[0], f(x)[0])
 
 
-@pytest.mark.parametrize("value", ["yes", 1, None])
+@pytest.mark.parametrize("value", ["yes", "auto", 1, None])
 def test_the_option_is_validated(value):
     with pytest.raises(ValueError, match="compile_ahead"):
         dsgraph.validate_options({"compile_ahead": value})

@@ -46,6 +46,7 @@ BAD = {
     "lower_triton": [(1, "must be a bool"), ("yes", "must be a bool"), (None, "must be a bool")],
     "dump_dir": [(5, "must be a str"), (b"dumps", "must be a str")],
     "debug": [(1, "must be a bool"), ("yes", "must be a bool")],
+    "compile_ahead": [("auto", "must be a bool"), (1, "must be a bool")],
 }
 
 # (pass, argument) -> bad pipeline text; the message names the pass and the argument
@@ -74,6 +75,7 @@ BAD_COMBINATIONS = [
     ({"pipeline": "allreduce,grad_pool"}, "must run after 'grad_pool'"),
     ({"data_parallel": True, "pipeline": "allreduce,grad_pool"}, "must run after 'grad_pool'"),
     ({"pipeline": "lifetimes,lifetimes"}, "lifetimes"),
+    ({"compile_ahead": True, "inductor": False}, "compile_ahead"),  # FX code: nothing to compile ahead
 ]
 
 
@@ -184,7 +186,8 @@ def test_a_valid_value_of_every_option_passes():
     good = {"pipeline": "lifetimes", "inductor": False, "fallback": "error", "memory_budget": "800MiB",
             "chunk_loss": 4, "grad_pool": True, "arena": True, "data_parallel": False, "lower_triton": True,
             "dump_dir": "dumps", "debug": True}
-    assert set(good) | {"bucket_mb", "compress"} == set(BAD)
+    assert set(good) | {"bucket_mb", "compress", "compile_ahead"} == set(BAD)
+    assert dsgraph.validate_options({"compile_ahead": True}).compile_ahead is True
     opts = dsgraph.validate_options({**good, "pipeline": "chunk_loss,lifetimes,checkpoint,grad_pool,lower_triton,arena"})
     assert opts.memory_budget == 800 * 2**20 and opts.chunk_loss == 4
     assert math.isclose(dsgraph.validate_options({"data_parallel": True, "bucket_mb": 0.5}).bucket_mb, 0.5)

@@ -1,6 +1,7 @@
-"""compile_ahead on a CUDA GPU ("auto" is on there): the backward compiled in Inductor's
-worker is served, with gradients bitwise equal to the in-process compile, and the budget's
-check reads the same plan (skipped without CUDA)."""
+"""compile_ahead on a CUDA GPU: the backward compiled in Inductor's worker is served, with
+gradients bitwise equal to the in-process compile under deterministic algorithms, and the
+budget's check reads the same plan (skipped without CUDA). Not yet passed on the H200: see
+docs/BENCHMARKS.md, session 17."""
 
 import pytest
 import torch
@@ -21,8 +22,8 @@ def deterministic():
 
 
 @pytest.mark.parametrize("budget", [None, "256MiB"])
-def test_auto_serves_the_backward_bitwise(budget, deterministic):
-    options = {} if budget is None else {"memory_budget": budget}
+def test_the_backward_is_served_bitwise(budget, deterministic):
+    options = {"compile_ahead": True} if budget is None else {"compile_ahead": True, "memory_budget": budget}
     here = _step({**options, "compile_ahead": False}, "cuda")
     ahead = _step(options, "cuda")
     figures = ahead[2]["backward"].memory
