@@ -218,7 +218,12 @@ class CompileSession:
             return
         if any(registry.spec(p.name).rewrites for p in registry.stage_passes(self.config.pipeline, "backward")):
             return
-        self.backward_ahead = ahead.start(bw, forward_kwargs, want_plan=self._keeps())
+        try:
+            self.backward_ahead = ahead.start(bw, forward_kwargs, want_plan=self._keeps())
+        except Exception as e:  # noqa: BLE001  a head start only: the backward compiles here as usual
+            log.warning("%s_backward: could not be sent to Inductor's worker (%s: %s); it compiles here",
+                        self.compile_id, type(e).__name__, e)
+            self.backward_ahead = None
         if self.backward_ahead is not None:
             log.info("%s_backward: sent to Inductor's worker, compiling beside the forward (%.2f s to send)",
                      self.compile_id, self.backward_ahead.submitted_s)
