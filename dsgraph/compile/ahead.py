@@ -63,7 +63,7 @@ class BackwardAhead:
     child_s: float | None = None  # the worker's compile, seconds
     waited_s: float = 0.0  # how long this process waited for it
     error: str | None = None
-    served: list = dataclasses.field(default_factory=list)
+    served: bool = False  # the backward's codegen took the worker's result
 
     def result(self, gm: torch.fx.GraphModule) -> Any:
         start = time.perf_counter()
@@ -71,7 +71,9 @@ class BackwardAhead:
             pickled, self.plan, self.child_s, seen = self.future.result()
             if seen != self.settings:
                 raise RuntimeError(f"the worker compiled under torch settings {seen}, not {self.settings}")
-            return compat.inductor_ahead.output_code(pickled, gm)
+            code = compat.inductor_ahead.output_code(pickled, gm)
+            self.served = True
+            return code
         except Exception as e:  # noqa: BLE001  the graph compiles here instead
             self.error = f"{type(e).__name__}: {e}"
             log.warning("the backward compiled ahead failed (%s); compiling it in this process", self.error)
@@ -80,18 +82,31 @@ class BackwardAhead:
             self.waited_s = time.perf_counter() - start
 
     def serving(self):
-        return compat.inductor_ahead.serving(self.fingerprint, self.result, self.served)
+        return compat.inductor_ahead.serving(self.fingerprint, self.result)
 
     def figures(self) -> dict[str, Any]:
-        return {"compile_ahead_served": bool(self.served), "compile_ahead_submit_s": round(self.submitted_s, 3),
+        return {"compile_ahead_served": self.served, "compile_ahead_submit_s": round(self.submitted_s, 3),
                 "compile_ahead_child_s": None if self.child_s is None else round(self.child_s, 3),
                 "compile_ahead_wait_s": round(self.waited_s, 3), "compile_ahead_error": self.error}
 
 
-def start(bw: torch.fx.GraphModule, forward_kwargs: dict[str, Any], want_plan: bool) -> BackwardAhead | None:
+def _relaid_out(fw: torch.fx.GraphModule) -> bool:
+    """Will Inductor lay the forward out channels last (its layout optimization of a graph
+    with a convolution)? Then the saved activations reach the backward with other strides
+    than the partition's (AOTAutograd restrides the backward's inputs to what the compiled
+    forward returned): a backward compiled for the partition's strides would never be
+    served (the CPU zoo's CNN, session 17)."""
+    convolutions = [n for n in fw.graph.nodes if n.target is torch.ops.aten.convolution.default]
+    return bool(convolutions) and compat.inductor_layout_opt_possible(convolutions[0].meta["val"].device.type)
+
+
+def start(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, forward_kwargs: dict[str, Any],
+          want_plan: bool) -> BackwardAhead | None:
     """Send the partitioned backward to the worker; None where it cannot go (dynamic sizes,
-    something Inductor's protocol does not carry)."""
+    a forward Inductor lays out anew, something Inductor's protocol does not carry)."""
     begin = time.perf_counter()
+    if _relaid_out(fw):
+        return None
     example_inputs = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
     if not compat.inductor_ahead.static_inputs(example_inputs):
         return None
@@ -102,11 +117,12 @@ def start(bw: torch.fx.GraphModule, forward_kwargs: dict[str, Any], want_plan: b
     checked = compat.inductor_ahead.inputs_to_check(example_inputs, kwargs)
     fingerprint = compat.inductor_ahead.fingerprint(bw, example_inputs, checked, kwargs)
     settings = compat.inductor_ahead.global_settings()
-    future = compat.inductor_ahead.submit(_child, pickled, want_plan, settings)
+    future = compat.inductor_ahead.submit(_child, pickled, want_plan, settings, compat.inductor_ahead.donated_inputs())
     return BackwardAhead(future, fingerprint, settings, time.perf_counter() - begin)
 
 
-def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool, settings: tuple):
+def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool, settings: tuple,
+           donated: list[int] | None):
     """In the worker: Inductor's compile of the graph, and its buffer plan when asked."""
     begin = time.perf_counter()
     compat.inductor_ahead.apply_global_settings(settings)
@@ -114,7 +130,7 @@ def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool, setti
         importlib.import_module(f"dsgraph.runtime.{module}")
     capture = GraphCapture()
     output = compat.inductor_ahead.run_in_child(pickled_input, extra_env,
-                                                capture.active if want_plan else contextlib.nullcontext)
+                                                capture.active if want_plan else contextlib.nullcontext, donated)
     plan = _portable(inductor_plan(capture.graphs[0])) if want_plan and capture.graphs else None
     return output, plan, time.perf_counter() - begin, compat.inductor_ahead.global_settings()
 

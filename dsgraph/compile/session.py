@@ -114,7 +114,6 @@ class CompileSession:
         current = capture.current()
         self.captured: CapturedCompile | None = None
         # the backward compiled in Inductor's worker while the forward compiles (ahead.py)
-        self.ahead_wanted = False
         self.partitioned_backward: torch.fx.GraphModule | None = None
         self.backward_ahead: ahead.BackwardAhead | None = None
         if current is not None:
@@ -141,7 +140,8 @@ class CompileSession:
             self.state.backward_input_names = pass_inputs_to_backward(
                 fw, bw, self.state.backward_receives, kwargs["num_fwd_outputs"])
         self.state.saved_names = saved_names(bw)
-        self.partitioned_backward = bw
+        if self.config.options.compile_ahead:
+            self.partitioned_backward = bw
         if self.captured is not None:
             self.captured.saved_names = list(self.state.saved_names)
         text, figures = partition_summary(fw, bw)
@@ -161,7 +161,7 @@ class CompileSession:
         start = time.perf_counter()
         log.info("%s_%s: compiling the %s graph (%d nodes)", self.compile_id, stage, stage, len(gm.graph.nodes))
         if stage == "forward":
-            self._start_backward_ahead(kwargs)
+            self._start_backward_ahead(gm, kwargs)
         ctx = PassContext(self.config, stage, f"{self.compile_id}_{stage}", example_inputs, self.state)
         report = self._new_report(stage)
         passes = registry.stage_passes(self.config.pipeline, stage)
@@ -210,16 +210,16 @@ class CompileSession:
         post-compile checks)?"""
         return self.captured is not None or bool(self.config.dump_dir) or bool(self.state.post_compile_checks)
 
-    def _start_backward_ahead(self, forward_kwargs: dict) -> None:
+    def _start_backward_ahead(self, fw: torch.fx.GraphModule, forward_kwargs: dict) -> None:
         """Send the partitioned backward to Inductor's worker, when nothing of the backward
         stage will rewrite it (ahead.py)."""
         bw, self.partitioned_backward = self.partitioned_backward, None
-        if not self.ahead_wanted or bw is None:
+        if bw is None:  # compile_ahead off (option validation holds it to inductor=True)
             return
         if any(registry.spec(p.name).rewrites for p in registry.stage_passes(self.config.pipeline, "backward")):
             return
         try:
-            self.backward_ahead = ahead.start(bw, forward_kwargs, want_plan=self._keeps())
+            self.backward_ahead = ahead.start(fw, bw, forward_kwargs, want_plan=self._keeps())
         except Exception as e:  # noqa: BLE001  a head start only: the backward compiles here as usual
             log.warning("%s_backward: could not be sent to Inductor's worker (%s: %s); it compiles here",
                         self.compile_id, type(e).__name__, e)
@@ -314,8 +314,7 @@ class CompileSession:
         if self.captured is not None:
             self.captured.dynamo_inputs = capture.dynamo_inputs(gm)
         self.state.graph_params = graph_params(gm)
-        self.ahead_wanted = self.config.options.inductor and self.config.options.compile_ahead
-        if self.ahead_wanted:
+        if self.config.options.compile_ahead:
             ahead.warm_up()
         gm = self.pre_grad(gm, example_inputs)
         partitioner = make_partitioner(self)

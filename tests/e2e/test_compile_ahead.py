@@ -62,7 +62,6 @@ def test_off_by_default():
 def test_a_graph_other_than_the_childs_compiles_here():
     """``serving`` hands the worker's result only to the graph it was made from."""
     calls = []
-    served = []
 
     def result(gm):
         calls.append(gm)
@@ -72,9 +71,9 @@ def test_a_graph_other_than_the_childs_compiles_here():
         return (x.sin() * 2,)
 
     x = torch.randn(8)
-    with compat.inductor_ahead.serving(("not this graph",), result, served):
+    with compat.inductor_ahead.serving(("not this graph",), result):
         out = torch.compile(f, backend="inductor")(x)
-    assert calls == [] and served == []
+    assert calls == []
     assert torch.allclose(out[0], f(x)[0])
 
 
@@ -95,4 +94,36 @@ def test_the_workers_torch_settings_are_this_processs():
     finally:
         torch.use_deterministic_algorithms(False)
     assert ahead[2]["backward"].memory["compile_ahead_served"] is True
+    assert _bitwise(here, ahead)
+
+
+def _zoo_step(name, ahead):
+    from tests import zoo
+
+    torch._dynamo.reset()
+    dsgraph.clear_reports()
+    model, inputs = zoo.build(name)
+    options = {"fallback": "error", "memory_budget": "1GiB", "compile_ahead": ahead}
+    loss = torch.compile(model, backend="dsgraph", options=options)(*inputs)
+    loss.backward()
+    reports = {r.kind: r for r in dsgraph.reports()}
+    return loss.detach(), [p.grad.clone() for p in model.parameters()], reports
+
+
+@pytest.mark.parametrize("name", ["masked", "gated"])
+def test_served_bitwise_on_other_shapes(name):
+    """Beyond the GPT: a model with an input-derived mask and a gated residual network, each
+    with a budget above its stock peak (the check reads the worker's plan)."""
+    here, ahead = _zoo_step(name, False), _zoo_step(name, True)
+    assert ahead[2]["backward"].memory["compile_ahead_served"] is True, ahead[2]["backward"].memory
+    assert _bitwise(here, ahead)
+    assert ahead[2]["joint"].memory["checkpoint_inductor_peak"] == here[2]["joint"].memory["checkpoint_inductor_peak"]
+
+
+def test_not_sent_for_a_forward_inductor_lays_out_channels_last():
+    """A CNN with BatchNorm: Inductor's layout optimization returns the saved activations
+    channels last, so the backward's inputs are not the partition's strides; it is not
+    sent (it would never be served), and the step is the in-process one."""
+    here, ahead = _zoo_step("cnn", False), _zoo_step("cnn", True)
+    assert "compile_ahead_served" not in ahead[2]["backward"].memory
     assert _bitwise(here, ahead)
