@@ -5,15 +5,16 @@ process. Both graphs exist once the joint graph is partitioned, so the backward 
 compiled in a subprocess while the forward compiles here. This module holds the torch
 side of that, through Inductor's own protocol for compiling a graph in another process
 (``torch._inductor.compile_fx_ext``: the graph, its fake inputs, Inductor's config and
-the tracing context pickled by ``GraphPickler``; ``_SubprocessFxCompile``'s worker pool,
-one spawned process; the child returns the ``CompiledFxGraph`` the in-process compile
-would return):
+the tracing context pickled by ``GraphPickler``; the child returns the ``CompiledFxGraph``
+the in-process compile would return). The worker process is dsgraph's
+(``compile/ahead_worker.py``: one spawned interpreter, where Inductor's own worker pool
+imports torch twice before its first job):
 
 - ``serialize``: the compile input of a graph, or None when Inductor's protocol cannot
   carry it (a higher-order op, a user Triton kernel, something unpicklable);
-- ``submit``: run a function on it in the worker (the child's entry is dsgraph's: it
-  also reads Inductor's plan there), ``run_in_child``: the compile in the worker, with a
-  context of the caller's entered inside Inductor's own config patch;
+- ``run_in_child``: the compile in the worker, with a context of the caller's entered
+  inside Inductor's own config patch (the child's entry is dsgraph's: it also reads
+  Inductor's plan there); ``start_worker_compiler``: the worker's start;
 - ``serving``: while active, ``compile_fx_inner``'s codegen step returns the child's
   result for the graph it was made from, and compiles any other graph as usual; so cache
   handling, ``post_compile`` (output strides for AOTAutograd, the wrapper's module load)
@@ -35,8 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-from concurrent.futures import Future
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -48,14 +47,38 @@ _UNCOMPARED_KWARGS = ("boxed_forward_device_index",)
 _UNCOMPARED_CONFIG = ("fx_graph_cache", "_post_fusion_custom_pass")
 
 
-def _pool():
-    """``_SubprocessFxCompile``'s worker: one spawned interpreter. A worker forked from
-    Inductor's sidecar (no second import of torch) cannot compile a CUDA graph: the sidecar
-    has initialised CUDA, and the fake CUDA tensors of the graph's inputs need it ("Cannot
-    re-initialize CUDA in forked subprocess", the H200 in session 17)."""
-    from torch._inductor.compile_fx_subproc import _SubprocessFxCompile
+def torch_key() -> bytes | None:
+    """Inductor's hash of torch's sources (cached once computed), for the worker to reuse:
+    its kernel pool's start hashes them otherwise (0.3 s here)."""
+    from torch._inductor import codecache
 
-    return _SubprocessFxCompile.process_pool()
+    try:
+        return codecache.torch_key()
+    except Exception:  # noqa: BLE001  only a saving
+        return None
+
+
+def start_worker_compiler(key: bytes | None) -> None:
+    """In dsgraph's compile worker, before any job: the parent's source hash, Inductor's
+    kernel-compile pool started (not waited for: Inductor compiles the kernels it generates
+    before the pool answers in the compiling process, as everywhere), then the compiler's
+    modules imported while that pool comes up."""
+    from torch._inductor import codecache
+    from torch._inductor.async_compile import AsyncCompile
+
+    if key is not None and hasattr(codecache.torch_key, "set"):
+        codecache.torch_key.set(key)
+    AsyncCompile.warm_pool()
+    AsyncCompile.use_process_pool()  # sends the pool its first job, which tells it is ready
+    import importlib
+
+    for module in ("torch._inductor.compile_fx", "torch._inductor.scheduler", "torch._inductor.codegen.triton"):
+        importlib.import_module(module)
+
+
+def child_env() -> dict[str, str]:
+    """The cache folders a job's compile uses: this process's, read when it is sent."""
+    return {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if v in os.environ}
 
 
 def global_settings() -> tuple:
@@ -174,35 +197,6 @@ def serialize(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_kwa
         return None
 
 
-def warm(fn: Callable[[], Any]) -> Any:
-    """Start the worker (a spawned interpreter) and run ``fn`` there: imports and the
-    worker's own kernel-compile pool, while this process traces and plans."""
-    return _pool().submit(fn)
-
-
-def submit(fn: Callable[..., Any], pickled_input: Any, *args: Any) -> Future:
-    """Run ``fn(pickled_input, env, *args)`` in the worker. Sent from a thread: the pool
-    writes the job into a pipe, which blocks until the worker reads it (megabytes for a
-    large graph, while the worker may still be starting)."""
-    env = {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if v in os.environ}
-    result: Future = Future()
-
-    def forward(done: Future) -> None:
-        if done.exception() is not None:
-            result.set_exception(done.exception())
-        else:
-            result.set_result(done.result())
-
-    def send() -> None:
-        try:
-            _pool().submit(fn, pickled_input, env, *args).add_done_callback(forward)
-        except BaseException as e:  # noqa: BLE001  reported where the result is read
-            result.set_exception(e)
-
-    threading.Thread(target=send, name="dsgraph-compile-ahead", daemon=True).start()
-    return result
-
-
 def donated_inputs() -> list[int] | None:
     """The backward inputs AOTAutograd donates (saved activations the backward may reuse in
     place: ``fw_metadata.bw_donated_idxs``, set once the joint graph is partitioned). Inductor's
@@ -257,21 +251,6 @@ def _defaults_for_the_uncarried() -> Iterator[None]:
                     and getattr(virtualized.threadlocal, var._key, None) is virtualized._PoisonedVirtual):
                 stack.enter_context(var._set_handler(var._default()))
         yield
-
-
-def warm_child_compiler() -> None:
-    """In the worker: import the compiler and start its kernel-compile pool now, not when the
-    first graph's first kernel is generated."""
-    import importlib
-
-    for module in ("torch._inductor.compile_fx", "torch._inductor.scheduler", "torch._inductor.codegen.triton"):
-        importlib.import_module(module)
-    from torch._inductor.async_compile import AsyncCompile
-
-    # Inductor compiles kernels in the compiling process, one by one, until its pool has
-    # answered a first job: wait for that here, before any graph comes
-    AsyncCompile.warm_pool()
-    AsyncCompile.wait_pool_ready()
 
 
 def output_code(pickled_output: Any, gm: torch.fx.GraphModule) -> Any:

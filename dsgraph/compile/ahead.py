@@ -40,17 +40,14 @@ import torch
 from .. import compat
 from ..analysis.inductor_plan import GraphCapture, inductor_plan
 from ..analysis.plan import GraphPlan
+from . import ahead_worker
 
 log = logging.getLogger("dsgraph")
 
 
 def warm_up() -> None:
-    """Start the worker now, while Dynamo's graph is traced and planned."""
-    compat.inductor_ahead.warm(_warm_child)
-
-
-def _warm_child() -> None:
-    compat.inductor_ahead.warm_child_compiler()
+    """Start the worker now (at the backend's entry), while this process plans and partitions."""
+    ahead_worker.worker()
 
 
 @dataclasses.dataclass
@@ -59,8 +56,10 @@ class BackwardAhead:
     fingerprint: tuple
     settings: tuple  # the process-wide torch settings the worker must compile under
     submitted_s: float  # seconds this process spent preparing and sending it
+    sent_at: float  # time.time() when it was sent
     plan: GraphPlan | None = None
     child_s: float | None = None  # the worker's compile, seconds
+    queued_s: float | None = None  # from the send to the worker's start on it (its own start-up)
     waited_s: float = 0.0  # how long this process waited for it
     error: str | None = None
     served: bool = False  # the backward's codegen took the worker's result
@@ -68,7 +67,8 @@ class BackwardAhead:
     def result(self, gm: torch.fx.GraphModule) -> Any:
         start = time.perf_counter()
         try:
-            pickled, self.plan, self.child_s, seen = self.future.result()
+            pickled, self.plan, self.child_s, seen, began_at = self.future.result()
+            self.queued_s = began_at - self.sent_at
             if seen != self.settings:
                 raise RuntimeError(f"the worker compiled under torch settings {seen}, not {self.settings}")
             code = compat.inductor_ahead.output_code(pickled, gm)
@@ -86,6 +86,7 @@ class BackwardAhead:
 
     def figures(self) -> dict[str, Any]:
         return {"compile_ahead_served": self.served, "compile_ahead_submit_s": round(self.submitted_s, 3),
+                "compile_ahead_queued_s": None if self.queued_s is None else round(self.queued_s, 3),
                 "compile_ahead_child_s": None if self.child_s is None else round(self.child_s, 3),
                 "compile_ahead_wait_s": round(self.waited_s, 3), "compile_ahead_error": self.error}
 
@@ -117,14 +118,16 @@ def start(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, forward_kwargs: di
     checked = compat.inductor_ahead.inputs_to_check(example_inputs, kwargs)
     fingerprint = compat.inductor_ahead.fingerprint(bw, example_inputs, checked, kwargs)
     settings = compat.inductor_ahead.global_settings()
-    future = compat.inductor_ahead.submit(_child, pickled, want_plan, settings, compat.inductor_ahead.donated_inputs())
-    return BackwardAhead(future, fingerprint, settings, time.perf_counter() - begin)
+    sent_at = time.time()
+    future = ahead_worker.worker().submit(_child, pickled, compat.inductor_ahead.child_env(), want_plan, settings,
+                                          compat.inductor_ahead.donated_inputs())
+    return BackwardAhead(future, fingerprint, settings, time.perf_counter() - begin, sent_at)
 
 
 def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool, settings: tuple,
            donated: list[int] | None):
     """In the worker: Inductor's compile of the graph, and its buffer plan when asked."""
-    begin = time.perf_counter()
+    began_at, begin = time.time(), time.perf_counter()
     compat.inductor_ahead.apply_global_settings(settings)
     for module in ("linear_cross_entropy", "ops"):  # dsgraph's ops exist before the graph is read
         importlib.import_module(f"dsgraph.runtime.{module}")
@@ -132,7 +135,7 @@ def _child(pickled_input: Any, extra_env: dict[str, str], want_plan: bool, setti
     output = compat.inductor_ahead.run_in_child(pickled_input, extra_env,
                                                 capture.active if want_plan else contextlib.nullcontext, donated)
     plan = _portable(inductor_plan(capture.graphs[0])) if want_plan and capture.graphs else None
-    return output, plan, time.perf_counter() - begin, compat.inductor_ahead.global_settings()
+    return output, plan, time.perf_counter() - begin, compat.inductor_ahead.global_settings(), began_at
 
 
 def _portable(plan: GraphPlan) -> GraphPlan:

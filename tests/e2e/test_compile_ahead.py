@@ -48,6 +48,7 @@ def test_served_with_a_budget_bitwise_and_the_same_checked_plan():
     assert figures["compile_ahead_served"] is True, figures
     assert figures["compile_ahead_error"] is None
     assert figures["compile_ahead_child_s"] > 0
+    assert figures["compile_ahead_queued_s"] >= 0  # the worker was started at the backend's entry
     assert "compile_ahead_served" not in here[2]["backward"].memory
     assert _bitwise(here, ahead)
     # the worker read Inductor's plan of the backward; the check holds the same peak

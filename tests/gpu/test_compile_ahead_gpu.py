@@ -1,4 +1,4 @@
-"""compile_ahead on a CUDA GPU: the backward compiled in Inductor's worker is served, with
+"""compile_ahead on a CUDA GPU: the backward compiled in dsgraph's worker is served, with
 gradients bitwise equal to the in-process compile under deterministic algorithms, and the
 budget's check reads the same plan (skipped without CUDA). Not yet passed on the H200: see
 docs/BENCHMARKS.md, session 17."""
