@@ -4,8 +4,8 @@ AOTAutograd compiles a training graph's forward, then its backward, in the compi
 process; with recomputation the backward is the larger of the two (GPT-2-small with a
 budget on the H200: 10.6 s against the forward's 5 s, docs/BENCHMARKS.md session 16). Both
 exist once the joint graph is partitioned, so when the forward's compile starts, the
-backward is sent to Inductor's compile worker (``compat.inductor_ahead``) and compiled
-there at the same time. When AOTAutograd then compiles the backward here, Inductor's
+backward is sent to dsgraph's compile worker (``ahead_worker``; Inductor's protocol in
+``compat.inductor_ahead``) and compiled there at the same time. When AOTAutograd then compiles the backward here, Inductor's
 codegen step is served the worker's ``CompiledFxGraph`` if, and only if, the graph, its
 inputs, the compile arguments and Inductor's config are what the worker compiled
 (``compat.inductor_ahead.fingerprint``); otherwise (a backward pass changed the graph, the
@@ -16,14 +16,14 @@ would have produced; tests/e2e/test_compile_ahead.py holds the gradients bitwise
 When a post-compile check or a dump needs Inductor's buffer plan of the backward
 (``analysis.inductor_plan``), the worker reads it from its own scheduler and returns it.
 
-Off by default (``compile_ahead=True`` turns it on). Measured on the H200 (session 17,
-GPT-2-small at 2.94 GiB, docs/BENCHMARKS.md): the backward was served, but the worker (a
-spawned interpreter that imports torch, then starts its own kernel-compile pool) was ready
-about 8 s after the backward was sent, so the first step took 3-7 s longer than without
-it. A worker forked from Inductor's sidecar cannot initialise CUDA. Until the worker is
-ready in time, the option costs the first step on a GPU; the bitwise GPU test has not
-passed yet (its first run lacked deterministic algorithms, the second could not start the
-worker).
+Off by default (``compile_ahead=True`` turns it on). Measured on the H200 (GPT-2-small at
+2.94 GiB, docs/BENCHMARKS.md): in session 17, through Inductor's own worker pool (which
+imports torch twice before its first job), the backward started about 8 s after it was
+sent and the first step took 3-7 s longer. Session 18 runs it in dsgraph's worker
+(``ahead_worker``, started at the backend's entry): the backward starts 0.3-1.8 s after it is
+sent and the GPU bitwise test passes, but the forward's compile here and the backward's in
+the worker slow each other down (7.6-7.8 and 12.4-13.2 s against 4.7-6.3 and 10.3-10.4 s
+alone), so the first step was no shorter (27.2 / 29.7 s against 28.8 / 26.3 s without).
 """
 
 from __future__ import annotations

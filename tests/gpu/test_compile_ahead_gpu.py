@@ -1,7 +1,7 @@
 """compile_ahead on a CUDA GPU: the backward compiled in dsgraph's worker is served, with
 gradients bitwise equal to the in-process compile under deterministic algorithms, and the
-budget's check reads the same plan (skipped without CUDA). Not yet passed on the H200: see
-docs/BENCHMARKS.md, session 17."""
+budget's check reads the same plan (skipped without CUDA). Passed on the H200 in session 18
+(docs/BENCHMARKS.md)."""
 
 import pytest
 import torch
