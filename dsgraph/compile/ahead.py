@@ -23,7 +23,8 @@ sent and the first step took 3-7 s longer. Session 18 runs it in dsgraph's worke
 (``ahead_worker``, started at the backend's entry): the backward starts 0.3-1.8 s after it is
 sent and the GPU bitwise test passes, but the forward's compile here and the backward's in
 the worker slow each other down (7.6-7.8 and 12.4-13.2 s against 4.7-6.3 and 10.3-10.4 s
-alone), so the first step was no shorter (27.2 / 29.7 s against 28.8 / 26.3 s without).
+alone): over two calls the first step was 27.2-32.2 s with it and 26.3-38.8 s without, a
+host's noise larger than any gain.
 """
 
 from __future__ import annotations
