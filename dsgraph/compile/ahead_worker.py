@@ -58,7 +58,8 @@ class Worker:
         os.close(child_writes)
         self._send = os.fdopen(parent_writes, "wb")
         self._recv = os.fdopen(parent_reads, "rb")
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # held while a job is written (it can block)
+        self._pending_lock = threading.Lock()  # never held across a write: answers are not stalled by one
         self._pending: dict[int, Future] = {}
         self._ids = itertools.count()
         threading.Thread(target=self._read, name="dsgraph-ahead-reader", daemon=True).start()
@@ -71,7 +72,7 @@ class Worker:
         reads it (megabytes for a large graph, while the worker may still be starting)."""
         result: Future = Future()
         job_id = next(self._ids)
-        with self._send_lock:
+        with self._pending_lock:
             self._pending[job_id] = result
         threading.Thread(target=self._write, args=(job_id, fn, args), name="dsgraph-ahead-send",
                          daemon=True).start()
@@ -94,13 +95,13 @@ class Worker:
                 break
             self._finish(job_id, ok, value)
         code = self.process.wait()
-        with self._send_lock:
+        with self._pending_lock:
             pending, self._pending = self._pending, {}
         for future in pending.values():
             future.set_exception(WorkerExited(f"dsgraph's compile worker exited (code {code})"))
 
     def _finish(self, job_id: int, ok: bool, value: Any) -> None:
-        with self._send_lock:
+        with self._pending_lock:
             future = self._pending.pop(job_id, None)
         if future is None:
             return
