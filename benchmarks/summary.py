@@ -3,7 +3,7 @@
     python -m benchmarks.summary "$OUT" s14_
 
 Prints model, role, config, median step ms with the range, absolute peak, first step and
-the checkpoint pass's predictions, so a call's log holds its figures even when a file
+the checkpoint pass's predictions and the loss choice, so a call's log holds its figures even when a file
 does not come back.
 """
 
@@ -17,6 +17,12 @@ import sys
 
 def _range(steps) -> str | None:
     return f"{min(steps):.3f}-{max(steps):.3f}" if steps else None
+
+
+def _loss(joint) -> dict:
+    """The loss choice (passes/loss_choice.py) of a chunk_loss="auto" run under a budget."""
+    keys = ("chunked", "choice_compiles", "unchunked_recompute_ms", "chunked_recompute_ms")
+    return {k: joint["loss_" + k] for k in keys if "loss_" + k in joint}
 
 
 def main(argv: list[str]) -> None:
@@ -33,7 +39,7 @@ def main(argv: list[str]) -> None:
             print(os.path.basename(path), r.get("model", r.get("workload")), r.get("role", ""), r["config"][:40],
                   "ms", r.get("step_ms"), "range", _range(r.get("step_ms_all")),
                   "peak", r.get("peak_allocated_bytes"), "first", r.get("first_step_s"),
-                  {k: joint.get("checkpoint_" + k) for k in keys}, (r.get("error") or "")[-300:])
+                  {k: joint.get("checkpoint_" + k) for k in keys}, _loss(joint), (r.get("error") or "")[-300:])
 
 
 if __name__ == "__main__":

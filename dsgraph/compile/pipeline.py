@@ -125,6 +125,17 @@ def _check_mutation_order(passes: tuple[PassInvocation, ...], text: str) -> None
 
 # option -> (pass it configures, argument of that pass or None when the option only
 # switches the pass on). Used to build the default pipeline and to find contradictions.
+CHOOSE_NEEDS_BUDGET = (
+    "dsgraph option chunk_loss='faster' compiles the step with or without the chunked loss, whichever the "
+    "checkpoint planner predicts to recompute less: it needs memory_budget (and the checkpoint pass)")
+
+
+def _pass_arg(key: str, value: object) -> tuple[str, str | None]:
+    """The pass and argument an option sets (chunk_loss='faster' sets chunk_loss's ``choose``)."""
+    pass_name, arg = OPTION_TO_PASS[key]
+    return (pass_name, "choose") if key == "chunk_loss" and value == "faster" else (pass_name, arg)
+
+
 OPTION_TO_PASS: dict[str, tuple[str, str | None]] = {
     "memory_budget": ("checkpoint", "budget"),
     "chunk_loss": ("chunk_loss", "chunks"),  # True: on, chunk count planned; an int: that many chunks
@@ -154,6 +165,11 @@ def default_pipeline(options: Options) -> Pipeline:
     chunk_loss = options.chunk_loss
     if chunk_loss is True or (chunk_loss == "auto" and options.memory_budget is not None):
         wanted["chunk_loss"] = []  # the pass reads the budget from the checkpoint entry
+    elif chunk_loss == "faster":
+        if options.memory_budget is None:
+            raise ValueError(CHOOSE_NEEDS_BUDGET)
+        # chunked or not, whichever the checkpoint planner predicts faster (passes/loss_choice.py)
+        wanted["chunk_loss"] = [("choose", "faster")]
     elif chunk_loss not in (False, "auto"):
         wanted["chunk_loss"] = [("chunks", str(chunk_loss))]
     if not options.data_parallel and (options.bucket_mb is not None or options.compress != "none"):
@@ -185,7 +201,7 @@ def _check_consistent(pipeline: Pipeline, options: Options, source: str) -> None
         value = getattr(options, key)
         if value in (False, None, "auto") or (key == "compress" and value == "none"):
             continue  # an option switched off (or left to dsgraph) never contradicts a pipeline
-        pass_name, arg = OPTION_TO_PASS[key]
+        pass_name, arg = _pass_arg(key, value)
         if pass_name in registry.known_passes() and not _check_built_and_serves(pass_name, options):
             continue  # for this executor the option is not a pass (arena through Inductor)
         inv = pipeline.get(pass_name)
@@ -226,7 +242,8 @@ def _fill_from_options(pipeline: Pipeline, options: Options) -> Pipeline:
     out = []
     for inv in pipeline:
         args = list(inv.args)
-        for key, (pass_name, arg) in OPTION_TO_PASS.items():
+        for key in OPTION_TO_PASS:
+            pass_name, arg = _pass_arg(key, getattr(options, key))
             switch = isinstance(getattr(options, key), bool)  # True switches the pass on: no argument
             if pass_name == inv.name and arg and key in options.explicit and inv.arg(arg) is None and not switch:
                 args.append((arg, str(getattr(options, key))))
@@ -264,6 +281,11 @@ def resolve(options: Options, env: Mapping[str, str]) -> Pipeline:
             )
     pipeline = Pipeline(tuple(p for p in pipeline if p.name not in disabled))
     _check_executor(pipeline, options)
+    chunk_loss = pipeline.get("chunk_loss")
+    if chunk_loss is not None and chunk_loss.arg("choose") == "faster" and pipeline.get("checkpoint") is None:
+        raise ValueError(f"dsgraph pass 'chunk_loss{{choose=faster}}' compares the checkpoint planner's plans of the "
+                         f"step with and without the chunked loss: it needs the checkpoint pass (a memory budget) in "
+                         f"the pipeline, which is {str(pipeline)!r}")
     if options.compile_ahead and not options.inductor:
         raise ValueError("dsgraph option 'compile_ahead' compiles the backward with Inductor in a worker "
                          "process; with inductor=False the graphs run as FX code and nothing is compiled")

@@ -53,6 +53,9 @@ class CompileState:
     param_refs: list = field(default_factory=list, repr=False)
     attempt: int = 1  # compiles of this graph so far (a post-compile check can ask again)
     carry: dict[str, Any] = field(default_factory=dict)  # pass name -> what its Recompile carried
+    # pass name -> what it found for later passes of this compile (chunk_loss: the loss sites
+    # it left unchunked for the checkpoint planner to price, see passes/loss_choice.py)
+    findings: dict[str, Any] = field(default_factory=dict)
     partition_kwargs: dict[str, Any] | None = None  # Inductor's keyword arguments to the partitioner
     saved_names: list[str] | None = None  # what the backward receives from the forward
     partitioner: tuple[str, Partitioner] | None = None  # (pass name, partition function)

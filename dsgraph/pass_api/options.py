@@ -66,8 +66,9 @@ OPTION_HELP = {
     "inductor": "bool: compile the rewritten graphs with Inductor (True) or run them as FX code",
     "fallback": f"one of {FALLBACKS}: what to do when a pass fails",
     "memory_budget": "int bytes or a string with a unit ('6GiB', '800MiB')",
-    "chunk_loss": "'auto' (with memory_budget), True, False, or an int >= 1 (chunks): output projection + "
-                  "cross-entropy over chunks of tokens",
+    "chunk_loss": "'auto' (on with memory_budget), 'faster' (with memory_budget: chunked or not, whichever the "
+                  "checkpoint planner predicts to recompute less; one or two more compiles), True, False, or an "
+                  "int >= 1 (chunks): output projection + cross-entropy over chunks of tokens",
     "grad_pool": "bool: gradients in one flat buffer per (device, dtype)",
     "arena": "bool: intermediates packed into one buffer per graph",
     "data_parallel": "bool or torch.distributed ProcessGroup",
@@ -115,9 +116,10 @@ def _bucket_mb(value: object) -> float:
 
 
 def _chunk_loss(value: object) -> object:
-    if value == "auto" or isinstance(value, bool) or (isinstance(value, int) and value >= 1):
+    if value in ("auto", "faster") or isinstance(value, bool) or (isinstance(value, int) and value >= 1):
         return value
-    raise ValueError(f"dsgraph option 'chunk_loss' must be 'auto', True, False or an int >= 1 (chunks), got {value!r}")
+    raise ValueError(f"dsgraph option 'chunk_loss' must be 'auto', 'faster', True, False or an int >= 1 (chunks), "
+                     f"got {value!r}")
 
 
 def _optional_str(key: str, value: object) -> str | None:

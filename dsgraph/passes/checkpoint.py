@@ -32,6 +32,7 @@ from dsgraph.analysis.step import inductor_timeline, inputs_external
 from dsgraph.analysis.timeline import Interval
 from dsgraph.errors import BudgetError, DsgraphBudgetWarning
 from dsgraph.pass_api import CompiledStep, PassContext, PassResult, PassSpec, Recompile
+from dsgraph.passes import loss_choice
 from dsgraph.passes.allreduce import inflight_bytes
 from dsgraph.recompute.planner import CheckpointPlan, plan_checkpoint
 from dsgraph.units import parse_bytes
@@ -101,7 +102,7 @@ def _gradient_bytes(gm, num_fwd_outputs: int) -> int:
 
 
 def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int | None = None,
-                   library_bytes: int = 0) -> None:
+                   library_bytes: int = 0, spent: int = 0) -> None:
     """Hold the step peak of the compiled graphs' own buffer plans against the budget.
 
     An overrun asks for another compile that keeps below the budget what this plan's
@@ -110,7 +111,8 @@ def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int
     changes from plan to plan); at the last compile, or when the margin already left no
     plan, it warns. ``external_bytes``: what exists beside the graphs' own buffers (default:
     what the planner counted); ``library_bytes``: the CUDA BLAS libraries' workspaces
-    (``analysis.library_memory``), counted apart so the plan's figures name them."""
+    (``analysis.library_memory``), counted apart so the plan's figures name them; ``spent``:
+    compiles spent before on choosing the loss (``loss_choice``), not counted here."""
     extra = plan.extra_external if external_bytes is None else external_bytes
     external = inputs_external(step.forward) + [Interval("gradient pool", extra, 0, 0)]
     if library_bytes:
@@ -122,11 +124,11 @@ def check_compiled(plan: CheckpointPlan, step: CompiledStep, external_bytes: int
     if peak <= plan.budget:
         return
     who = "Inductor" if step.executor == "inductor" else "the FX code"
-    if step.attempt < MAX_COMPILES and not plan.margin_capped:
+    if step.attempt - spent < MAX_COMPILES and not plan.margin_capped:
         error = peak - (plan.predicted_peak - plan.margin)
         margin = max(error, plan.margin + peak - plan.budget) + plan.budget // 100
         raise Recompile(SPEC.name, margin, f"{who}'s plan peaks at {peak} bytes, over the budget "
-                        f"{plan.budget}; planning again {margin} bytes below it", MAX_COMPILES)
+                        f"{plan.budget}; planning again {margin} bytes below it", MAX_COMPILES + spent)
     last = ("the last with the smallest plan (a larger margin leaves none)" if plan.margin_capped
             else f"the last planning {plan.margin} bytes below the budget")
     warnings.warn(
@@ -155,13 +157,18 @@ def _chunks_for_the_floor(ctx: PassContext, error: BudgetError) -> None:
     one they were planned for; then the BudgetError reports a budget that is honoured."""
     floor = error.smallest_feasible
     chunk_loss = ctx.config.pipeline.get("chunk_loss")
-    planned_for = ctx.state.carry.get("chunk_loss")
-    if chunk_loss is None or chunk_loss.arg("chunks") is not None or planned_for == floor:
+    choice = loss_choice.choice_of(ctx)
+    if chunk_loss is None or chunk_loss.arg("chunks") is not None or (choice is not None and choice.budget == floor):
         return
-    if ctx.state.attempt >= MAX_COMPILES:
+    if choice is not None and not choice.chunked:
+        return  # this compile's loss is not chunked (loss_choice): no chunks to plan
+    spent = loss_choice.compiles_spent(ctx)
+    if ctx.state.attempt - spent >= MAX_COMPILES:
         return  # the last compile: the floor is reported as found
-    raise Recompile("chunk_loss", floor, f"the budget is below the smallest feasible one ({floor} bytes): "
-                    "planning the loss chunks for that budget", MAX_COMPILES)
+    again = loss_choice.LossChoice(True, decided=True, spent=spent, budget=floor,
+                                   reason=choice.reason if choice is not None else "")
+    raise Recompile("chunk_loss", again, f"the budget is below the smallest feasible one ({floor} bytes): "
+                    "planning the loss chunks for that budget", MAX_COMPILES + spent)
 
 
 def run(gm, ctx: PassContext) -> PassResult:
@@ -201,14 +208,17 @@ def run(gm, ctx: PassContext) -> PassResult:
                                rates_source=ctx.args.get("rates") or "bandwidth",
                                mixes=ctx.args.get("mixes", True))
     except BudgetError as e:
+        loss_choice.after_planning(ctx, None, e)  # the other loss, while the choice is open
         _chunks_for_the_floor(ctx, e)
         raise
+    loss_choice.after_planning(ctx, plan, None)
     apply_checkpoint(plan, ctx)
     ctx.dump_text("checkpoint.md", plan.text())
     ctx.report(**{f"checkpoint_{k}": v for k, v in plan.stats().items()})
     # the planner predicts the plans of the executor that runs (Inductor's or FX's); the
     # check holds those plans, as compiled, against the budget
-    ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool, library))
+    spent = loss_choice.compiles_spent(ctx)
+    ctx.add_post_compile_check(lambda step: check_compiled(plan, step, pool, library, spent))
     return PassResult(gm, changed=plan.predicted_peak < plan.stock_peak or bool(plan.regions),
                       stats={**plan.stats(), "pool_bytes": pool, "inflight_bytes": inflight,
                              "blas_workspace_bytes": library})

@@ -43,6 +43,13 @@ Chunk count (``plan_chunk_loss``), in this order:
 
 Chunks are balanced (``chunk_tokens = ceil(N / count)``). A graph without the pattern is
 left as it is; the stats and the dump say why (``reason``).
+
+Chunked or not (``choose``): ``always`` (the default) chunks whenever the pattern is found;
+``faster`` (the option ``chunk_loss="faster"``; needs the checkpoint pass)
+leaves the loss unchunked in the first compile, recording its sites in
+``ctx.state.findings``, and the checkpoint planner compares the step's plans with and
+without the chunked loss over up to two more compiles (``loss_choice``); a graph that
+computes no gradient is chunked.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from torch.fx import GraphModule, Node
 
 from dsgraph import compat
 from dsgraph.pass_api import PassContext, PassResult, PassSpec
+from dsgraph.passes import loss_choice
 from dsgraph.passes.chunk_loss_sites import LossSite, find_loss_sites, method_name, value
 from dsgraph.runtime import linear_cross_entropy as lce
 from dsgraph.units import format_bytes, parse_bytes
@@ -79,10 +87,16 @@ def _budget(raw: str) -> int:
     return parse_bytes(raw, "chunk_loss{budget=...}")
 
 
+def _choose(raw: str) -> str:
+    if raw not in (loss_choice.ALWAYS, loss_choice.FASTER):
+        raise ValueError(f"chunk_loss{{choose=...}} must be {loss_choice.ALWAYS!r} or {loss_choice.FASTER!r}, got {raw!r}")
+    return raw
+
+
 SPEC = PassSpec(
     name="chunk_loss",
     stages=("pre_grad",),
-    args={"chunks": _chunks, "budget": _budget},
+    args={"chunks": _chunks, "budget": _budget, "choose": _choose},
     doc="output projection + cross-entropy over chunks of tokens (no full logits)",
 )
 
@@ -302,8 +316,9 @@ def _budget_of(ctx: PassContext) -> int | None:
     """The budget the chunks are planned for: what the checkpoint pass carried back (the
     smallest feasible budget, when the step's budget was below it: see ``checkpoint.run``),
     else this pass's budget argument, else the checkpoint pass's budget, else the option."""
-    if ctx.carry is not None:
-        return ctx.carry
+    carried = loss_choice.choice_of(ctx)
+    if carried is not None and carried.budget is not None:
+        return carried.budget
     if ctx.args.get("budget") is not None:
         return ctx.args["budget"]
     checkpoint = ctx.config.pipeline.get("checkpoint")
@@ -312,10 +327,27 @@ def _budget_of(ctx: PassContext) -> int | None:
     return ctx.config.options.memory_budget
 
 
+def _wants_gradients(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in example_inputs)
+
+
 def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     plan = plan_chunk_loss(gm, chunks=ctx.args.get("chunks"), budget=_budget_of(ctx))
     ctx.dump_text("chunk_loss.md", plan.text())
     ctx.report(**{f"chunk_loss_{k}": v for k, v in plan.stats().items()})
     if not plan.found:
         return PassResult(gm, changed=False, stats=plan.stats())
+    carried = loss_choice.choice_of(ctx)
+    if ctx.args.get("choose") == loss_choice.FASTER and _wants_gradients(ctx.example_inputs):
+        if ctx.config.pipeline.get("checkpoint") is None:
+            raise ValueError("chunk_loss{choose=faster} compares the checkpoint planner's plans of the step with "
+                             "and without the chunked loss: it needs the checkpoint pass (a memory budget) in the "
+                             "pipeline")
+        if carried is None:  # the first compile: the unchunked step, for the checkpoint planner to price
+            ctx.state.findings["chunk_loss"] = [s.site.loss for s in plan.sites]
+            ctx.report(chunk_loss_chunked=False)
+            return PassResult(gm, changed=False, stats={**plan.stats(), "chunked": False})
+        if not carried.chunked:
+            ctx.report(chunk_loss_chunked=False)
+            return PassResult(gm, changed=False, stats={**plan.stats(), "chunked": False})
     return PassResult(apply_chunk_loss(gm, plan), changed=True, stats=plan.stats())

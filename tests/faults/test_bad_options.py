@@ -56,6 +56,7 @@ BAD_ARGS = {
     ("checkpoint", "mixes"): "checkpoint{mixes=yes}",
     ("chunk_loss", "chunks"): "chunk_loss{chunks=0}",
     ("chunk_loss", "budget"): "chunk_loss{budget=0.5}",
+    ("chunk_loss", "choose"): "chunk_loss{choose=sometimes},lifetimes,checkpoint{budget=1GiB}",
     ("allreduce", "bucket_mb"): "grad_pool,allreduce{bucket_mb=nan}",
     ("allreduce", "compress"): "grad_pool,allreduce{compress=fp16}",
     ("lower_triton", "select"): "lower_triton{select=everything}",
