@@ -177,9 +177,10 @@ def analyse(budget: int, chunks: int | None, rates_name: str = "planner") -> dic
         joint = JointGraph.build(j.gm, j.kwargs["num_fwd_outputs"], static)
         model = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static)
         held = planner_mod._held(joint, model)
+        looped = planner_mod.looped_reductions(joint, model)  # priced as the planner prices them
         rates = recompute_rates("cuda", False)
-        costs = CostModel(j.gm, rates)
-        measured = CostModel(j.gm, cost_model.H200_MEASURED)
+        costs = CostModel(j.gm, rates, looped=looped)
+        measured = CostModel(j.gm, cost_model.H200_MEASURED, looped=looped)
         by_name = {n.name: n for n in j.gm.graph.nodes}
         record.update(predicted_peak=plan.predicted_peak, stock_peak=plan.stock_peak,
                       saved_bytes=plan.saved_bytes, recompute_ms=plan.recompute_seconds * 1e3,
@@ -265,8 +266,9 @@ def hand_plans(budget: int, chunks: int | None) -> dict:
         names, _ = compat.min_cut_partition_if(gm, j.joint_inputs, lambda n: False, **j.kwargs)
         stock = {n for n in joint.forward if n.name in set(names)}
         held = planner_mod._held(joint, model)
-        measured = CostModel(gm, cost_model.H200_MEASURED)
-        planned = CostModel(gm, recompute_rates("cuda", False))
+        looped = planner_mod.looped_reductions(joint, model)
+        measured = CostModel(gm, cost_model.H200_MEASURED, looped=looped)
+        planned = CostModel(gm, recompute_rates("cuda", False), looped=looped)
         cuts = candidate_cuts(joint)
         intervals = Intervals(joint, cuts, stock, planned, held, fused=True, max_len=planner_mod.MAX_SPAN)
         evaluator = PlanEvaluator(joint, model, intervals, "inductor")

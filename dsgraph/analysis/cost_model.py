@@ -275,11 +275,21 @@ def node_bytes_moved(node: Node) -> int:
     return read + written
 
 
+# Inductor keeps a reduction's row in registers (a persistent reduction) up to this many
+# elements for an inner reduction (``should_use_persistent_reduction``; 64 for the others,
+# not modelled); above it the kernel loops over the row, and what consumes the result in
+# the same kernel loops over the row again
+PERSISTENT_RNUMEL = 1024
+
+
 class CostModel(Analysis):
     name = "CostModel"
 
-    def __init__(self, gm: GraphModule, rates: DeviceRates = H200):
+    def __init__(self, gm: GraphModule, rates: DeviceRates = H200, looped: frozenset = frozenset()):
+        """``looped``: the reductions Inductor runs as looped kernels (``looped_reductions``),
+        whose inputs a recomputation reads once more (``fused_seconds``)."""
         self.rates = rates
+        self.looped = frozenset(looped)
         self.costs: dict[Node, NodeCost] = {}
         for node in gm.graph.nodes:
             flops = node_flops(node)
@@ -315,6 +325,22 @@ class CostModel(Analysis):
     def _flops_recomputed(self, n: Node) -> int:
         return self.recompute_flops.get(n, self.costs[n].flops)
 
+    @staticmethod
+    def _inlined_reads(node: Node, group: set, held) -> set:
+        """What ``node``'s kernel reads from memory: its inputs, seen through the group's
+        values that are inlined (not ``held``) into it."""
+        reads, stack, seen = set(), list(node.all_input_nodes), set()
+        while stack:
+            a = stack.pop()
+            if a in seen:
+                continue
+            seen.add(a)
+            if a in group and a not in held:
+                stack.extend(a.all_input_nodes)
+            else:
+                reads.add(a)
+        return reads
+
     def fused_seconds(self, nodes, held) -> float:
         """Recomputing ``nodes`` as Inductor would run them: every node's FLOPs, but memory traffic
         only for tensors that exist in memory: what the group reads from outside itself or
@@ -329,5 +355,13 @@ class CostModel(Analysis):
         reads = {a for n in memory for a in n.all_input_nodes if a not in group or a in held}
         writes = {n for n in memory if n in held}
         moved = sum(tensor_bytes(t) for a in reads | writes for _, t in tensor_values(a.meta.get("val")))
+        # a looped reduction reads its inputs (through the pointwise ops inlined into it) in
+        # a loop of its own before anything can use its result: those reads come on top of
+        # the group's one pass; reductions over the same inputs share the loop, also when one
+        # reads the other's result (Inductor's online softmax: the row maximum and the sum
+        # of exponentials in one pass)
+        passes = {frozenset(a for a in self._inlined_reads(r, group, held) if a not in self.looped)
+                  for r in memory & self.looped}
+        moved += sum(tensor_bytes(t) for leaves in passes for a in leaves for _, t in tensor_values(a.meta.get("val")))
         kernels = len(writes) + (1 if memory - writes else 0) + len(flop_ops)
         return flop_seconds + moved / self.rates.memory_rate + kernels * self.rates.launch_s

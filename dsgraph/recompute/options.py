@@ -6,8 +6,10 @@ backward reads nothing from other intervals but what their cuts hold:
 
 - ``keep``: what the stock partition (Inductor's min-cut) saves there;
 - ``cheap``: the outputs of ops with FLOPs (matmuls, convolutions, attention) the stock
-  partition saves there; the cheap ops between them are recomputed (a min-cut that
-  weighs bytes against FLOPs, at its FLOP-heavy end);
+  partition saves there, and the row statistics it saves (a looped reduction's result, or
+  a pointwise op of one no larger: the softmax's row maximum and log-sum, a few KiB that
+  take a pass over the logits to recompute); the cheap ops between them are recomputed (a
+  min-cut that weighs bytes against FLOPs, at its FLOP-heavy end);
 - ``recompute``: nothing; the backward recomputes the interval from cut ``a``.
 
 Random values are saved whatever the option (``closure``). Each option's recomputation
@@ -102,7 +104,7 @@ class Intervals:
         if policy == "keep":
             inner = [n for n in inside if n in self.stock]
         elif policy == "cheap":
-            inner = [n for n in inside if n in self.stock and is_expensive(n)]
+            inner = [n for n in inside if n in self.stock and (is_expensive(n) or self._row_statistic(n))]
         else:
             inner = []
         option = Option(policy, start, stop, inner)
@@ -115,6 +117,20 @@ class Intervals:
         option.seconds = (self.costs.fused_seconds(option.recomputed, self.held) if self.fused
                           else self.costs.seconds(option.recomputed))
         return option
+
+    def _row_statistic(self, node: Node, depth: int = 4) -> bool:
+        """A looped reduction's result, or a pointwise op of one no larger (the softmax's row
+        maximum and log-sum): bytes a row's worth smaller than the pass over the row that
+        recomputing it takes (``CostModel.looped``), so ``cheap`` saves it as well."""
+        size = bytes_of([node])
+        for _ in range(depth):
+            if node in self.costs.looped:
+                return size <= bytes_of([node])
+            inputs = [a for a in node.all_input_nodes if a.op == "call_function"]
+            if len(inputs) != 1:
+                return False
+            node = inputs[0]
+        return False
 
     def saved_of(self, plan: list[Option]) -> list[Node]:
         """What a plan (options covering every segment, in order) saves, before

@@ -35,8 +35,9 @@ from typing import Sequence
 from torch.fx import GraphModule, Node
 
 from .. import compat
-from ..analysis.cost_model import CostModel, DeviceRates, recompute_rates
+from ..analysis.cost_model import PERSISTENT_RNUMEL, CostModel, DeviceRates, recompute_rates
 from ..analysis.inductor_ops import EXTERN, REDUCTION
+from ..analysis.inductor_reductions import reduced_elements
 from ..analysis.lifetimes import bytes_of, storage_key, storage_nbytes
 from ..analysis.step_model import FX, INDUCTOR, StepModel
 from ..errors import BudgetError
@@ -165,6 +166,13 @@ def _held(joint: JointGraph, model: StepModel) -> set[Node]:
     return {n for n in joint.forward if model.info[model.index[n]].kind in (EXTERN, REDUCTION)}
 
 
+def looped_reductions(joint: JointGraph, model: StepModel) -> set[Node]:
+    """Forward reductions over more elements per output than Inductor keeps in registers:
+    recomputing one reads its inputs in a loop of its own (``CostModel.fused_seconds``)."""
+    return {n for n in joint.forward if model.info[model.index[n]].kind == REDUCTION
+            and reduced_elements(n) > PERSISTENT_RNUMEL}
+
+
 def plan_checkpoint(
     gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int,
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
@@ -238,7 +246,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     stock_peak = stock_peaks[0]
     if rates is None:
         rates = recompute_rates(model.device_type, lowered, rates_source)
-    costs = CostModel(gm, rates)
+    costs = CostModel(gm, rates, looped=looped_reductions(joint, model))
     held = _held(joint, model)
     fused = executor == INDUCTOR
     if stock_graphs is not None:

@@ -102,3 +102,36 @@ def test_rates_from_json(tmp_path):
     rates = DeviceRates.from_json(str(path))
     assert rates.memory_efficiency == 0.4 and rates.launch_s == 2e-6
     assert rates.flop_rate(torch.bfloat16) == 7e14 and rates.flop_rate(torch.float32) == H200.flop_rate(torch.float32)
+
+
+def _softmax_stats(x):
+    """The log-softmax's row statistics as the joint graph has them (decomposed)."""
+    m = x.amax(-1, keepdim=True)
+    s = (x - m).exp().sum(-1, keepdim=True)
+    return (x - m - s.log(),)
+
+
+@pytest.mark.parametrize("row, looped", [(4096, True), (512, False)])
+def test_a_looped_reduction_reads_its_row_once_more(row, looped):
+    """Recomputing a softmax over rows wider than Inductor keeps in registers
+    (``PERSISTENT_RNUMEL``): the row maximum and the sum of exponentials take one loop over
+    the row (fused, as Inductor's online softmax), and the output a second; over rows it
+    keeps in registers, one pass. The H200 profile of a 24-layer GPT: the recomputed
+    statistics of its 50304-wide logits cost a second pass (0.60 ms), docs/BENCHMARKS.md
+    session 21."""
+    from dsgraph.analysis.cost_model import PERSISTENT_RNUMEL
+
+    gm = trace(_softmax_stats, torch.empty(64, row))
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    reductions = {n for n in nodes if "amax" in str(n.target) or "sum" in str(n.target)}
+    assert (row > PERSISTENT_RNUMEL) is looped
+    held = reductions | {nodes[-1]}
+    plain = CostModel(gm).fused_seconds(nodes, held)
+    got = CostModel(gm, looped=reductions if looped else frozenset()).fused_seconds(nodes, held)
+    x_pass = 64 * row * 4 / CostModel(gm).rates.bytes_per_s
+    stats = 2 * 64 * 4 / CostModel(gm).rates.bytes_per_s  # the two row statistics, [64, 1] each
+    assert got - plain == pytest.approx(x_pass if looped else 0.0)
+    # without the loop: x read and the output written once, each statistic's bytes once
+    # (a tensor in memory counts once per group), a kernel per held value and one more
+    assert plain == pytest.approx(2 * x_pass + stats + len(held) * CostModel(gm).rates.launch_s
+                                  + (1 if set(nodes) - held else 0) * CostModel(gm).rates.launch_s)
