@@ -3,8 +3,8 @@
     python -m benchmarks.summary "$OUT" s14_
 
 Prints model, role, config, median step ms with the range, absolute peak, first step and
-the checkpoint pass's predictions and the loss choice, so a call's log holds its figures even when a file
-does not come back.
+the checkpoint pass's predictions and the loss choice, so a call's log holds its figures
+even when a file does not come back.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _range(steps) -> str | None:
 
 
 def _loss(joint) -> dict:
-    """The loss choice (passes/loss_choice.py) of a chunk_loss="auto" run under a budget."""
+    """The loss choice (passes/loss_choice.py) of a chunk_loss="faster" run."""
     keys = ("chunked", "choice_compiles", "unchunked_recompute_ms", "chunked_recompute_ms")
     return {k: joint["loss_" + k] for k in keys if "loss_" + k in joint}
 

@@ -125,17 +125,6 @@ def _check_mutation_order(passes: tuple[PassInvocation, ...], text: str) -> None
 
 # option -> (pass it configures, argument of that pass or None when the option only
 # switches the pass on). Used to build the default pipeline and to find contradictions.
-CHOOSE_NEEDS_BUDGET = (
-    "dsgraph option chunk_loss='faster' compiles the step with or without the chunked loss, whichever the "
-    "checkpoint planner predicts to recompute less: it needs memory_budget (and the checkpoint pass)")
-
-
-def _pass_arg(key: str, value: object) -> tuple[str, str | None]:
-    """The pass and argument an option sets (chunk_loss='faster' sets chunk_loss's ``choose``)."""
-    pass_name, arg = OPTION_TO_PASS[key]
-    return (pass_name, "choose") if key == "chunk_loss" and value == "faster" else (pass_name, arg)
-
-
 OPTION_TO_PASS: dict[str, tuple[str, str | None]] = {
     "memory_budget": ("checkpoint", "budget"),
     "chunk_loss": ("chunk_loss", "chunks"),  # True: on, chunk count planned; an int: that many chunks
@@ -159,15 +148,19 @@ def _serves(pass_name: str, options: Options) -> bool:
     return _executor(options) in registry.spec(pass_name).executors
 
 
+def _pass_arg(key: str, value: object) -> tuple[str, str | None]:
+    """The pass and argument an option sets (chunk_loss='faster' sets chunk_loss's ``choose``)."""
+    pass_name, arg = OPTION_TO_PASS[key]
+    return (pass_name, "choose") if key == "chunk_loss" and value == "faster" else (pass_name, arg)
+
+
 def default_pipeline(options: Options) -> Pipeline:
     """The pipeline implied by the options: only built passes, in canonical order."""
     wanted: dict[str, list[tuple[str, str]]] = {"lifetimes": []}
     chunk_loss = options.chunk_loss
     if chunk_loss is True or (chunk_loss == "auto" and options.memory_budget is not None):
         wanted["chunk_loss"] = []  # the pass reads the budget from the checkpoint entry
-    elif chunk_loss == "faster":
-        if options.memory_budget is None:
-            raise ValueError(CHOOSE_NEEDS_BUDGET)
+    elif chunk_loss == "faster":  # without a budget, resolve() refuses it (no checkpoint pass)
         # chunked or not, whichever the checkpoint planner predicts faster (passes/loss_choice.py)
         wanted["chunk_loss"] = [("choose", "faster")]
     elif chunk_loss not in (False, "auto"):
@@ -283,9 +276,10 @@ def resolve(options: Options, env: Mapping[str, str]) -> Pipeline:
     _check_executor(pipeline, options)
     chunk_loss = pipeline.get("chunk_loss")
     if chunk_loss is not None and chunk_loss.arg("choose") == "faster" and pipeline.get("checkpoint") is None:
-        raise ValueError(f"dsgraph pass 'chunk_loss{{choose=faster}}' compares the checkpoint planner's plans of the "
-                         f"step with and without the chunked loss: it needs the checkpoint pass (a memory budget) in "
-                         f"the pipeline, which is {str(pipeline)!r}")
+        raise ValueError(f"dsgraph chunk_loss='faster' (the pass 'chunk_loss{{choose=faster}}') compiles the step "
+                         f"with or without the chunked loss, whichever the checkpoint planner predicts to recompute "
+                         f"less: it needs memory_budget, and so needs the checkpoint pass in the pipeline, which is "
+                         f"{str(pipeline)!r}")
     if options.compile_ahead and not options.inductor:
         raise ValueError("dsgraph option 'compile_ahead' compiles the backward with Inductor in a worker "
                          "process; with inductor=False the graphs run as FX code and nothing is compiled")

@@ -18,7 +18,8 @@ the unchunked loss, the faster of the two at equal recomputation in the profiles
 Compiles, each from Dynamo's graph (``Recompile``, the loss as ``LossChoice`` says):
 1. unchunked (the chunk_loss pass leaves the graph and records its sites in
    ``ctx.state.findings``). The stock partition (no segment recomputed) is the choice
-   (recomputation cannot get below it, and a tie goes to the unchunked loss); a budget the unchunked step cannot meet goes to 2 with the choice made;
+   (recomputation cannot get below it, and a tie goes to the unchunked loss); a budget the
+   unchunked step cannot meet goes to 2 with the choice made;
 2. chunked: kept when its plan recomputes less than 1's, or 1 could not meet the budget;
 3. otherwise unchunked again, the choice made (the same plan as 1: planning is
    deterministic).
@@ -75,7 +76,7 @@ def _ms(seconds: float) -> float:
 
 
 def _again(choice: LossChoice, why: str) -> Recompile:
-    from dsgraph.passes.checkpoint import MAX_COMPILES
+    from dsgraph.passes.checkpoint import MAX_COMPILES  # here: checkpoint imports this module
 
     return Recompile("chunk_loss", choice, why, MAX_COMPILES + choice.spent)
 
