@@ -6,9 +6,9 @@
 export PYTHONUNBUFFERED=1
 mkdir -p $OUT/r
 python -m pip install -q --no-build-isolation --no-deps -e . > $OUT/r/pip.log 2>&1
-timeout 280 python -m benchmarks.planner_zoo --models gpt24 --steps 20 --timeout 110 --fresh-cache \
+timeout 300 python -m benchmarks.planner_zoo --models gpt24 --steps 20 --timeout 110 --fresh-cache \
   --no-inductor --below 0.9 --variants "chunk_loss=False" --json $OUT/r/s22b_gpt24.json > $OUT/r/s22b_gpt24.log 2>&1
-timeout 290 python -m benchmarks.planner_zoo --models llama --steps 8 --timeout 120 --fresh-cache \
+timeout 260 python -m benchmarks.planner_zoo --models llama --steps 8 --timeout 120 --fresh-cache \
   --no-inductor --below 0.9 --json $OUT/r/s22b_llama.json > $OUT/r/s22b_llama.log 2>&1
 python -m benchmarks.summary $OUT/r s22b_ > $OUT/s22b_summary.txt 2>&1
 tar -czf $OUT/s22b_results.tgz -C $OUT r; rm -rf $OUT/r
