@@ -338,8 +338,8 @@ def run(gm: GraphModule, ctx: PassContext) -> PassResult:
     if not plan.found:
         return PassResult(gm, changed=False, stats=plan.stats())
     # choose=faster (the pipeline holds the checkpoint pass: compile/pipeline.resolve checks it)
-    carried = loss_choice.choice_of(ctx)
     if ctx.args.get("choose") == loss_choice.FASTER and _wants_gradients(ctx.example_inputs):
+        carried = loss_choice.choice_of(ctx)
         if carried is None:  # the first compile: the unchunked step, for the checkpoint planner to price
             ctx.state.findings["chunk_loss"] = [s.site.loss for s in plan.sites]
         if carried is None or not carried.chunked:
