@@ -74,6 +74,18 @@ def external_intervals(
     return out
 
 
+def step_external(captured: CapturedCompile, tensors: list[tuple[str, torch.Tensor]]) -> list[Interval]:
+    """Everything outside the compiled graphs' plans that is live through the step: the
+    given start-of-step tensors, and the CUDA BLAS workspaces when the step runs GEMMs on
+    CUDA (they are in every peak the allocator reports and in no graph's plan)."""
+    external = external_intervals(tensors, captured.dynamo_inputs)
+    fw_gm = (captured.stages.get("forward") or captured.stages.get("inference")).after
+    library = blas_workspace_bytes(fw_gm, threads=2 if "backward" in captured.stages else 1)
+    if library:
+        external.append(Interval("CUDA BLAS workspaces", library, 0, 0))
+    return external
+
+
 def step_start_tensors(model: torch.nn.Module, inputs, kept_grads: bool) -> list[tuple[str, torch.Tensor]]:
     """What exists on the device when a training step starts: parameters, buffers, tensor
     inputs, the gradients kept from earlier steps (``kept_grads``) and the gradient pool."""
@@ -151,11 +163,7 @@ def memory_profile(model: torch.nn.Module, *inputs: Any, **options: Any) -> Memo
     captured = compiles[0]
     start = time.perf_counter()
     # the pool may first be allocated by this step's backward: it exists at later steps' starts
-    external = external_intervals(start_state + pool_tensors(model.parameters()), captured.dynamo_inputs)
-    fw_gm = (captured.stages.get("forward") or captured.stages.get("inference")).after
-    library = blas_workspace_bytes(fw_gm, threads=2 if "backward" in captured.stages else 1)
-    if library:  # in every peak the allocator reports, in no graph's plan
-        external.append(Interval("CUDA BLAS workspaces", library, 0, 0))
+    external = step_external(captured, start_state + pool_tensors(model.parameters()))
     timelines = step_timelines(captured, external)
     executor = "inductor" if "inductor" in timelines else "fx"
     chosen = timelines[executor]
