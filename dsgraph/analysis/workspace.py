@@ -2,7 +2,8 @@
 
 Most ops allocate exactly their outputs, and the memory analyses count those. An opaque op
 that loops inside (dsgraph's chunked linear + cross-entropy) also holds temporaries for the
-duration of its call: chunk buffers, casts, accumulators. The op's module registers a
+duration of its call: chunk buffers, casts, accumulators; so does CUDA's flash-attention
+backward (fp32 accumulators: ``analysis.attention_workspace``). The op's module registers a
 function of its node here; ``TensorLifetimes``, ``fx_plan``, ``fused_plan`` and
 ``inductor_plan`` count the bytes as live at the op's step only::
 
@@ -32,3 +33,10 @@ def workspace_bytes(node: Node) -> int:
     except TypeError:  # an unhashable callable: not a registered op
         return 0
     return int(fn(node)) if fn is not None else 0
+
+
+# ATen ops whose scratch is known are registered by their own modules, imported here so that
+# every analysis that counts workspaces sees them
+from . import attention_workspace as _registers  # noqa: E402
+
+del _registers

@@ -13,6 +13,11 @@ import torch
 OpOverload = torch._ops.OpOverload
 HigherOrderOperator = torch._ops.HigherOrderOperator
 
+# CUDA's flash-attention backward (the same name and schema on torch 2.11 to 2.14): an ATen op
+# whose leading underscore is torch's, not a private attribute; named here like every other
+# underscored torch name the project reads
+FLASH_ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+
 
 def is_op(target: Any) -> bool:
     """An aten/prims/custom operator overload (not a Python callable or higher-order op)."""
