@@ -30,7 +30,7 @@ import math
 import torch
 from torch.fx import Node
 
-from ..compat import FLASH_ATTENTION_BACKWARD
+from ..compat import FLASH_ATTENTION_BACKWARD, contiguous_strides, size_hint
 from .workspace import register_workspace
 
 
@@ -40,17 +40,11 @@ def _round_up(x: int, m: int) -> int:
 
 def _is_contiguous_in_kernel_layout(t: torch.Tensor) -> bool:
     """Is ``t`` (batch, heads, seq, dim) contiguous once transposed to (batch, seq, heads, dim)?
-    From size hints, so that a dynamic shape adds no guard."""
-    from ..compat import size_hint
-
-    sizes = [size_hint(s) for s in t.shape]
-    strides = [size_hint(s) for s in t.stride()]
-    expected = 1
-    for d in (3, 1, 2, 0):  # (batch, seq, heads, dim) from the innermost
-        if sizes[d] != 1 and strides[d] != expected:
-            return False
-        expected *= sizes[d]
-    return True
+    From size hints, so that a dynamic shape adds no guard; a size-1 dim's stride is free."""
+    kernel = t.transpose(1, 2)
+    sizes = [size_hint(s) for s in kernel.shape]
+    strides = [size_hint(s) for s in kernel.stride()]
+    return all(n == 1 or s == w for n, s, w in zip(sizes, strides, contiguous_strides(sizes)))
 
 
 def _deterministic_splits(batch: int, heads: int, device: torch.device) -> int:
@@ -68,8 +62,6 @@ def flash_backward_workspace(grad_out: torch.Tensor, query: torch.Tensor, key: t
     outputs, from its tensors in SDPA's (batch, heads, seq, dim) layout; 0 off CUDA."""
     if query.device.type != "cuda" or query.dim() != 4:
         return 0
-    from ..compat import size_hint
-
     batch, heads, seq_q, dim = (size_hint(s) for s in query.shape)
     heads_k, seq_k = size_hint(key.shape[1]), size_hint(key.shape[2])
     fp32 = 4
