@@ -1,9 +1,10 @@
 """The checkpoint planner's predicted peak against Inductor's plan and the measured peak, at
-memory budgets with ``chunk_loss`` on (a diagnostic for the GPT-2-small budget points:
+memory budgets with ``chunk_loss`` on (a diagnostic for GPT-2-small's budget points, the default workload:
 docs/BENCHMARKS.md, session 8).
 
     python -m benchmarks.budget_gap --budgets 4.9GiB,2.94GiB,2GiB --json $OUT/gap.json   # H200
     python -m benchmarks.budget_gap --size small --budgets 0.9,0.5                         # CPU check
+    python -m benchmarks.budget_gap --workload gpt24 --budgets 3345400832 --no-session     # another model
 
 For each budget (bytes with a unit, or a fraction of the stock step's predicted peak):
 
@@ -63,7 +64,7 @@ def _steps(compiled, model, inputs, device: str, steps: int) -> int | None:
     return torch.cuda.max_memory_allocated()
 
 
-def session_figures(size: str, device: str, budget: int, steps: int = 3) -> dict:
+def session_figures(size: str, device: str, budget: int, steps: int = 3, workload: str = "gpt2") -> dict:
     """Step 1: the step compiled by the dsgraph backend at ``budget``."""
     import dsgraph
     from dsgraph.errors import BudgetError
@@ -74,7 +75,7 @@ def session_figures(size: str, device: str, budget: int, steps: int = 3) -> dict
     gc.collect()
     # what an earlier budget's run left allocated is in the measured peak too: reported
     before = torch.cuda.memory_allocated() if device.startswith("cuda") else None
-    model, inputs = workloads.build("gpt2", device, size)
+    model, inputs = workloads.build(workload, device, size)
     compiled = torch.compile(model, backend="dsgraph", options={"memory_budget": budget, "fallback": "error"})
     try:
         _steps(compiled, model, inputs, device, 1)
@@ -85,7 +86,7 @@ def session_figures(size: str, device: str, budget: int, steps: int = 3) -> dict
         if cause is None:
             raise
         print(f"  budget below the smallest plan: the session at the smallest ({cause.smallest_feasible} B)")
-        return session_figures(size, device, cause.smallest_feasible, steps)
+        return session_figures(size, device, cause.smallest_feasible, steps, workload)
     measured = _steps(compiled, model, inputs, device, steps - 1)
     reports = dsgraph.reports()
     report = [r for r in reports if r.kind == "joint"][-1]  # the last compile's, when the check asked again
@@ -101,7 +102,7 @@ def session_figures(size: str, device: str, budget: int, steps: int = 3) -> dict
     return out
 
 
-def buffer_gap(size: str, device: str, budget: int) -> dict:
+def buffer_gap(size: str, device: str, budget: int, workload: str = "gpt2") -> dict:
     """Step 2: the planner's emulation against Inductor's plan of the same partition."""
     from benchmarks.planner_gap import gap
     from dsgraph.analysis.library_memory import blas_workspace_bytes
@@ -111,7 +112,7 @@ def buffer_gap(size: str, device: str, budget: int) -> dict:
     from dsgraph.recompute.planner import plan_checkpoint
 
     torch._dynamo.reset()
-    model, inputs = workloads.build("gpt2", device, size)
+    model, inputs = workloads.build(workload, device, size)
 
     def pre_grad(gm):  # the chunk count the session plans for this budget
         return apply_chunk_loss(gm, plan_chunk_loss(gm, budget=budget))
@@ -136,13 +137,13 @@ def buffer_gap(size: str, device: str, budget: int) -> dict:
             "at_peak": lines.getvalue().splitlines()}
 
 
-def stock_peak(size: str, device: str) -> int:
+def stock_peak(size: str, device: str, workload: str = "gpt2") -> int:
     """The stock step's predicted peak (what a fraction in ``--budgets`` is of)."""
     from dsgraph.passes.chunk_loss import apply_chunk_loss, plan_chunk_loss
     from dsgraph.recompute import truth
     from dsgraph.recompute.planner import plan_checkpoint
 
-    model, inputs = workloads.build("gpt2", device, size)
+    model, inputs = workloads.build(workload, device, size)
     j = truth.capture_joint(model, inputs, torch.bfloat16, lambda gm: apply_chunk_loss(gm, plan_chunk_loss(gm)))
     return plan_checkpoint(j.gm, j.joint_inputs, j.kwargs, 1 << 50, executor="inductor").stock_peak
 
@@ -151,23 +152,28 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="full", choices=["full", "small", "tiny"])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--workload", default="gpt2", help="a benchmarks.workloads name with a loss to chunk")
     p.add_argument("--budgets", default="4.9GiB,2.94GiB,2GiB")
+    p.add_argument("--no-session", action="store_true",
+                   help="leave out step 1 (the compiled session's figures): only the rebuilt partition's gap")
     p.add_argument("--json")
     args = p.parse_args(argv)
     raws = args.budgets.split(",")
-    stock = stock_peak(args.size, args.device) if any("." in r and r.replace(".", "").isdigit() for r in raws) else 0
+    stock = stock_peak(args.size, args.device, args.workload) if any("." in r and r.replace(".", "").isdigit() for r in raws) else 0
     results = []
     for raw in raws:
         budget = _budget(raw, stock)
         print(f"== budget {raw} ({budget} B)", flush=True)
-        record = {"budget": budget, "session": session_figures(args.size, args.device, budget)}
-        s = record["session"]
-        measured = f"{s['measured']} B ({s['predicted'] / s['measured'] - 1:+.2%} predicted/measured)" \
-            if s["measured"] else "n/a (not CUDA)"
-        print(f"  session: {s['chunks']} chunks; predicted {s['predicted']} B, Inductor's plan {s['inductor_plan']} B "
-              f"({s['predicted'] / s['inductor_plan'] - 1:+.2%}), measured {measured}; allocated before the "
-              f"model {s['allocated_before_model']}", flush=True)
-        record["buffers"] = buffer_gap(args.size, args.device, s["budget"])
+        record = {"budget": budget, "workload": args.workload}
+        if not args.no_session:
+            record["session"] = s = session_figures(args.size, args.device, budget, workload=args.workload)
+            budget = s["budget"]  # the smallest plan's, when the budget was below it
+            measured = f"{s['measured']} B ({s['predicted'] / s['measured'] - 1:+.2%} predicted/measured)" \
+                if s["measured"] else "n/a (not CUDA)"
+            print(f"  session: {s['chunks']} chunks; predicted {s['predicted']} B, Inductor's plan {s['inductor_plan']} B "
+                  f"({s['predicted'] / s['inductor_plan'] - 1:+.2%}), measured {measured}; allocated before the "
+                  f"model {s['allocated_before_model']}", flush=True)
+        record["buffers"] = buffer_gap(args.size, args.device, budget, args.workload)
         b = record["buffers"]
         print(f"  rebuilt: predicted {b['predicted_without_blas']} B, Inductor's plan "
               f"{b['inductor_plan_without_blas']} B ({b['error']:+.2%}, BLAS workspaces left out), peak at "
