@@ -57,7 +57,14 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
     tl = real.inductor
     by = {n.name: n for n in j.gm.graph.nodes}
     saved = [sm.index[by[n]] for n in real.saved_names if n in by]
-    pred = sm.evaluate(saved, "inductor", explain=True)
+    from dsgraph.analysis import inductor_reuse
+
+    inductor_reuse.POOL_DECISIONS = []
+    try:
+        pred = sm.evaluate(saved, "inductor", explain=True)
+        decisions = inductor_reuse.POOL_DECISIONS
+    finally:
+        inductor_reuse.POOL_DECISIONS = None
     predicted = made["plan"].predicted_peak - extra_external
     print(f"{title}: predicted {predicted} model {pred.peak} truth {tl.peak_bytes} "
           f"error {predicted / tl.peak_bytes - 1:+.2%}")
@@ -107,6 +114,37 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
         return label if node not in element_names else f"{stage}:{node}[{'|'.join(element_names[node])}]"
 
     external = real.external
+    bw0 = next((s for s, (g, _) in enumerate(pred.steps) if g == "backward"), 0)
+
+    def reuse_chain(stage: str, buf: str) -> None:
+        """The largest truth-only buffer's block as Inductor's wrapper reuses it (each buffer
+        that takes it over, at its scheduler step, and the FX node it holds), then the
+        emulation's buffers of those nodes and the pool decisions on them (steps on the
+        emulated graph's own clock; the step model's clock adds the backward's start)."""
+        allocs = real.allocations.get(stage, [])
+        root = {}
+        for _, name, _, _, reuses in allocs:
+            if reuses is not None:
+                root[name] = root.get(reuses, reuses)
+        chain = [a for a in allocs if a[1] == buf or root.get(a[1]) == buf]
+        nodes = []
+        for step_, name, node, nbytes, reuses in chain:
+            print(f"       truth chain: step {step_} {name} holds {node} ({nbytes} B)"
+                  + (f", reusing {reuses}" if reuses else ""))
+            if node:
+                nodes.append(node)
+        for node in nodes:
+            for a, b, nbytes, label in pred.intervals or ():
+                if label == f"{stage}:{node}":
+                    print(f"       model: {label} {nbytes} B [{a}, {b}] (own clock {a - bw0 if stage == 'backward' else a})")
+        ids = {sm.index[by[n]] for n in nodes if n in by}
+        runs = list(dict.fromkeys(d[0] for d in decisions))  # emulated graphs in the order they ran
+        for run_id, taker, r, freed, at, nbytes, need, overall, taken in decisions:
+            if taker in ids or r in ids:
+                print(f"       pool (graph {runs.index(run_id) + 1} of {len(runs)}): {sm.nodes[taker].name} asks at "
+                      f"{at} for {sm.nodes[r].name}'s block "
+                      f"(freed after {freed}): live {need} against the estimated peak {overall}: "
+                      f"{'taken' if taken else 'refused'}")
 
     def compare(k: int, verbose: bool = True) -> int:
         m = model_step(k)
@@ -145,10 +183,12 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
         only_t = [t_items[a][0] for a in range(len(t_items)) if a not in matched_t]
         only_p = [p_items[b] for b in range(len(p_items)) if b not in matched_p]
         print(f"   only in truth ({sum(iv.nbytes for iv in only_t)} B):")
-        for iv in sorted(only_t, key=lambda iv: -iv.nbytes):
+        for n_shown, iv in enumerate(sorted(only_t, key=lambda iv: -iv.nbytes)):
             stage, _, buf = iv.label.partition(":")
             print(f"     {iv.label} {iv.nbytes} [{iv.start}, {iv.end}] origins "
                   f"{' '.join(real.origins.get(stage, {}).get(buf, ()))[:150]}")
+            if n_shown == 0:
+                reuse_chain(stage, buf)
         print(f"   only in model ({sum(x[2] for x in only_p)} B):")
         for a, b, nbytes, label in sorted(only_p, key=lambda x: -x[2]):
             print(f"     {pname(label)} {nbytes} [{a}, {b}]")

@@ -1,10 +1,30 @@
-"""What CUDA's flash-attention backward allocates for itself besides its three gradients.
+"""What CUDA's fused attention backwards allocate for themselves besides their three gradients.
 
 Found on an H100 (session 26, `benchmarks.alloc_replay` on the 24-layer GPT's chunked plan at
 per-block checkpointing's memory): the measured peak was 34,078,976 B over Inductor's plan of
-the step, exactly this op's fp32 scratch, live while the op runs. ATen's ``mha_bwd``
-(``aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp``, called by
-``_flash_attention_backward``) allocates, besides ``dq``/``dk``/``dv`` (the op's outputs):
+the step, one block of scratch live while an attention backward runs (80.5 MiB allocated
+inside the op: 48 MiB of gradients and 32.5 MiB more). Session 26 took the op for the
+flash-attention backward and registered that op's scratch; session 27's buffer gap on the same
+step (``benchmarks.budget_gap --workload gpt24``, H100, torch 2.11) named the op that ran:
+``_scaled_dot_product_cudnn_attention_backward``. SDPA picks cuDNN's kernel on these Hopper
+cards, so the flash registration had changed no prediction there. Both are registered.
+
+cuDNN (``run_cudnn_SDP_bprop`` in ``aten/src/ATen/native/cudnn/MHA.cpp``) takes one workspace
+of the size cuDNN's frontend graph asks for from the caching allocator. What that graph holds
+is cuDNN's choice; counted here, and equal to the measured 34,078,720 B on the measured shape
+(8 x 16 heads x 1024 x 64, bf16, causal, no dropout):
+
+- the query gradient's fp32 accumulator, (batch, heads, seqlen_q, head dim);
+- the fp32 row sums of ``dO * O``, (batch, heads, seqlen_q);
+- before it, a copy of ``grad_out`` in ``out``'s layout when its innermost stride is not 1
+  (cuDNN 9.5.1 and later; torch 2.11's CUDA wheels carry a later one).
+
+Grouped-query attention, dropout and an attention bias are not counted for cuDNN: not
+measured here.
+
+Flash (``mha_bwd`` in ``aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp``,
+called by ``_flash_attention_backward``; from the source, not measured: SDPA picks it where
+cuDNN's kernel is off or does not apply) allocates, besides ``dq``/``dk``/``dv``:
 
 - ``softmax_d``: (batch, heads, seqlen_q rounded up to 128), fp32;
 - ``dq_accum``: (batch, seqlen_q rounded, heads, head dim rounded up to 32, or 64 above 128),
@@ -16,11 +36,9 @@ the step, exactly this op's fp32 scratch, live while the op runs. ATen's ``mha_b
   kernel's (batch, seq, heads, dim) layout: a copy of each one that is not.
 
 All of it is freed when the op returns, so it is a workspace (``dsgraph.analysis.workspace``):
-live at the op's step only. The copies are judged by the strides the FX graph records; the
-measured case had none (the GPT's ``grad_out`` and ``out`` are transposes of contiguous
-tensors). A head dim that is not a multiple of 8 (padded copies of every input) is not
-counted. The memory-efficient and cuDNN backwards are not registered: their scratch has not
-been measured here.
+live at the op's step only. Copies are judged by the strides the FX graph records. A head dim
+that is not a multiple of 8 (padded copies of every input) is not counted. The
+memory-efficient backward is not registered: its scratch has not been measured here.
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ import math
 import torch
 from torch.fx import Node
 
-from ..compat import FLASH_ATTENTION_BACKWARD, contiguous_strides, size_hint
+from ..compat import CUDNN_ATTENTION_BACKWARD, FLASH_ATTENTION_BACKWARD, contiguous_strides, size_hint
 from .workspace import register_workspace
 
 
@@ -77,12 +95,38 @@ def flash_backward_workspace(grad_out: torch.Tensor, query: torch.Tensor, key: t
     return total
 
 
-def _node_workspace(node: Node) -> int:
-    vals = [a.meta.get("val") if isinstance(a, Node) else None for a in node.args[:5]]
-    grad_out, query, key, _, out = vals
+def cudnn_backward_workspace(grad_out: torch.Tensor, query: torch.Tensor) -> int:
+    """Bytes ``_scaled_dot_product_cudnn_attention_backward`` holds besides its outputs, from
+    its tensors in SDPA's (batch, heads, seq, dim) layout; 0 off CUDA."""
+    if query.device.type != "cuda" or query.dim() != 4:
+        return 0
+    batch, heads, seq_q, dim = (size_hint(s) for s in query.shape)
+    fp32 = 4
+    total = batch * heads * seq_q * dim * fp32  # the query gradient's accumulator
+    total += batch * heads * seq_q * fp32  # the row sums of dO * O
+    if size_hint(grad_out.stride(-1)) != 1 and size_hint(grad_out.shape[-1]) != 1:
+        total += grad_out.numel() * grad_out.element_size()  # dO copied to out's layout
+    return total
+
+
+def _tensor_args(node: Node) -> list:
+    """The leading (grad_out, query, key, value, out) of either backward, fake values."""
+    return [a.meta.get("val") if isinstance(a, Node) else None for a in node.args[:5]]
+
+
+def _flash_node_workspace(node: Node) -> int:
+    grad_out, query, key, _, out = _tensor_args(node)
     if not all(isinstance(t, torch.Tensor) for t in (grad_out, query, key, out)):
         return 0
     return flash_backward_workspace(grad_out, query, key, out)
 
 
-register_workspace(FLASH_ATTENTION_BACKWARD, _node_workspace)
+def _cudnn_node_workspace(node: Node) -> int:
+    grad_out, query, _, _, _ = _tensor_args(node)
+    if not all(isinstance(t, torch.Tensor) for t in (grad_out, query)):
+        return 0
+    return cudnn_backward_workspace(grad_out, query)
+
+
+register_workspace(FLASH_ATTENTION_BACKWARD, _flash_node_workspace)
+register_workspace(CUDNN_ATTENTION_BACKWARD, _cudnn_node_workspace)

@@ -11,6 +11,12 @@ from .inductor_ops import CAT, POINTWISE, REDUCTION, SCATTER
 if TYPE_CHECKING:
     from .inductor_model import EmulatedGraph, InductorRun
 
+# Diagnostics (``benchmarks.planner_gap``): a list here collects every decision of
+# ``reuse_pool`` as (the run's id, taker node, root node, step freed after, step, taker bytes,
+# live bytes holding it meanwhile would reach, the graph's estimated peak, taken); None:
+# nothing kept
+POOL_DECISIONS: list | None = None
+
 
 def reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
     """A pointwise or reduction kernel writes its output into a buffer it loads element
@@ -152,7 +158,11 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
             if not stack:
                 continue
             root, freed = stack.pop()
-            if freed + 1 == step or b.nbytes + max(curve[freed + 1:step], default=0) <= overall:
+            need = b.nbytes + max(curve[freed + 1:step], default=0)
+            taken = freed + 1 == step or need <= overall
+            if POOL_DECISIONS is not None:
+                POOL_DECISIONS.append((id(run), b.node, buffers[root].node, freed, step, b.nbytes, need, overall, taken))
+            if taken:
                 for t in range(freed + 1, step):
                     curve[t] += b.nbytes
                 r = buffers[root]

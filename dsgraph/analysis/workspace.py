@@ -2,8 +2,8 @@
 
 Most ops allocate exactly their outputs, and the memory analyses count those. An opaque op
 that loops inside (dsgraph's chunked linear + cross-entropy) also holds temporaries for the
-duration of its call: chunk buffers, casts, accumulators; so does CUDA's flash-attention
-backward (fp32 accumulators: ``analysis.attention_workspace``). The op's module registers a
+duration of its call: chunk buffers, casts, accumulators; so do CUDA's cuDNN and
+flash-attention backwards (fp32 accumulators: ``analysis.attention_workspace``). The op's module registers a
 function of its node here; ``TensorLifetimes``, ``fx_plan``, ``fused_plan`` and
 ``inductor_plan`` count the bytes as live at the op's step only::
 

@@ -54,6 +54,7 @@ from .inductor import (
     post_fusion_hook,
 )
 from .ops import (
+    CUDNN_ATTENTION_BACKWARD,
     FLASH_ATTENTION_BACKWARD,
     HigherOrderOperator,
     OpOverload,
@@ -73,7 +74,7 @@ __all__ = [
     "inductor_ahead",
     "CodegenOnly", "inductor_codegen_only", "inductor_layout_constraint", "inductor_layout_opt_possible", "inductor_registries", "inductor_rules", "min_cut_saved_names",
     "min_cut_partition_if",
-    "FLASH_ATTENTION_BACKWARD", "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
+    "CUDNN_ATTENTION_BACKWARD", "FLASH_ATTENTION_BACKWARD", "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
     "arena_inductor_patches", "at_backward_end", "graph_task_id", "collective_order_patches", "control_deps_op", "group_name",
     "pin_collectives", "real_tensors", "wait_tensor_op",
     "boxed_fx", "check_version", "compile_fx", "compile_fx_inner", "contiguous_strides", "copy_graph_module",

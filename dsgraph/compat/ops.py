@@ -13,10 +13,11 @@ import torch
 OpOverload = torch._ops.OpOverload
 HigherOrderOperator = torch._ops.HigherOrderOperator
 
-# CUDA's flash-attention backward (the same name and schema on torch 2.11 to 2.14): an ATen op
-# whose leading underscore is torch's, not a private attribute; named here like every other
-# underscored torch name the project reads
+# CUDA's flash-attention and cuDNN-attention backwards (the same names and schemas on torch
+# 2.11 to 2.14): ATen ops whose leading underscore is torch's, not a private attribute; named
+# here like every other underscored torch name the project reads
 FLASH_ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+CUDNN_ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
 
 
 def is_op(target: Any) -> bool:

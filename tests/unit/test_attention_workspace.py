@@ -1,11 +1,13 @@
-"""analysis.attention_workspace: the scratch CUDA's flash-attention backward holds besides its
-gradients (softmax_d and dq_accum in fp32, GQA's expanded dk/dv, contiguous copies)."""
+"""analysis.attention_workspace: the scratch CUDA's attention backwards hold besides their
+gradients: flash (softmax_d and dq_accum in fp32, GQA's expanded dk/dv, contiguous copies) and
+cuDNN (the query gradient's fp32 accumulator and row sums, a copy of a strided grad_out)."""
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from dsgraph.analysis.attention_workspace import flash_backward_workspace
+from dsgraph.analysis.attention_workspace import cudnn_backward_workspace, flash_backward_workspace
+from dsgraph.compat import CUDNN_ATTENTION_BACKWARD as CUDNN_BACKWARD
 from dsgraph.compat import FLASH_ATTENTION_BACKWARD as FLASH_BACKWARD
 from dsgraph.analysis.workspace import workspace_bytes
 
@@ -56,3 +58,42 @@ def test_registered_for_the_op_in_a_traced_graph():
         gm = make_fx(backward)(q, q, q, q, q, lse)
     (node,) = [n for n in gm.graph.nodes if n.target is FLASH_BACKWARD]
     assert workspace_bytes(node) == 2 * 4 * 256 * 4 + 2 * 256 * 4 * 64 * 4
+
+
+def test_the_24_layer_gpts_cudnn_backward_scratch():
+    # the op that ran on the H100 (session 27's buffer gap): the measured 32.5 MiB besides
+    # the op's gradients is its query gradient's fp32 accumulator and fp32 row sums
+    with FakeTensorMode():
+        q = _sdpa_layout(8, 1024, 16, 64)
+        assert cudnn_backward_workspace(q, q) == 8 * 16 * 1024 * 64 * 4 + 8 * 16 * 1024 * 4 == 34_078_720
+
+
+def test_cudnn_copies_a_grad_out_whose_innermost_stride_is_not_one():
+    with FakeTensorMode():
+        q = _sdpa_layout(2, 100, 4, 72)
+        base = 2 * 4 * 100 * 72 * 4 + 2 * 4 * 100 * 4  # no rounding: the measured shape had none to show
+        assert cudnn_backward_workspace(q, q) == base
+        dense = torch.empty(2, 4, 100, 72, device="cuda", dtype=torch.bfloat16)  # innermost stride 1: used as it is
+        assert cudnn_backward_workspace(dense, q) == base
+        strided = torch.empty(2, 4, 72, 100, device="cuda", dtype=torch.bfloat16).transpose(2, 3)
+        assert cudnn_backward_workspace(strided, q) == base + strided.numel() * 2
+
+
+def test_cudnn_zero_off_cuda():
+    q = _sdpa_layout(2, 64, 4, 32, device="cpu")
+    assert cudnn_backward_workspace(q, q) == 0
+
+
+def test_cudnn_registered_for_the_op_in_a_traced_graph():
+    def backward(grad, q, k, v, out, lse):
+        empty = torch.empty(0, device=q.device)
+        seed = torch.empty(2, dtype=torch.int64, device=q.device)
+        return CUDNN_BACKWARD(grad, q, k, v, out, lse, seed, seed, empty, empty, empty, q.shape[2], k.shape[2],
+                              0.0, True)
+
+    with FakeTensorMode():
+        q = _sdpa_layout(2, 256, 4, 64)
+        lse = torch.empty(2, 4, 256, 1, device="cuda")
+        gm = make_fx(backward)(q, q, q, q, q, lse)
+    (node,) = [n for n in gm.graph.nodes if n.target is CUDNN_BACKWARD]
+    assert workspace_bytes(node) == 2 * 4 * 256 * 64 * 4 + 2 * 4 * 256 * 4
