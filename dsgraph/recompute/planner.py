@@ -102,6 +102,9 @@ class CheckpointPlan:
     extra_external: int = 0  # bytes alive through the step besides the primals (the gradient pool)
     margin: int = 0  # bytes planned below the budget (a second compile)
     margin_capped: bool = False  # the margin asked for left no plan: the smallest plan, margin cut
+    # no plan the planner found peaks lower: planning again below the budget (a second
+    # compile's margin) can only give a plan of this peak again
+    smallest: bool = False
     inductor_peak: int | None = None  # the step's peak by Inductor's plans, once compiled
     forward: GraphModule | None = field(default=None, repr=False)
     backward: GraphModule | None = field(default=None, repr=False)
@@ -123,7 +126,7 @@ class CheckpointPlan:
             "recomputed_segments": len(self.regions), "candidates": len(self.candidates),
             "solver_ms": round(self.solver_seconds * 1e3, 1), "evaluations": self.evaluations,
             "analysis_s": round(self.analysis_seconds, 3), "margin": self.margin,
-            "margin_capped": self.margin_capped, "inductor_peak": self.inductor_peak,
+            "margin_capped": self.margin_capped, "smallest": self.smallest, "inductor_peak": self.inductor_peak,
         }
 
     def text(self) -> str:
@@ -344,7 +347,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
         solver_seconds=solver_seconds, analysis_seconds=time.perf_counter() - start,
         evaluations=evaluator.evaluations + 1, executor=executor, lower_bound=bound,
         model_peak=model_peaks.get(id(chosen), 0), extra_external=extra_external, margin=margin,
-        margin_capped=capped, forward=fw, backward=bw)
+        margin_capped=capped, smallest=chosen.peak <= min(c.peak for c in candidates), forward=fw, backward=bw)
 
 
 def _seconds(costs: CostModel, nodes: list[Node], held: set[Node], fused: bool) -> float:

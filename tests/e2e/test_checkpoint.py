@@ -186,6 +186,29 @@ def test_a_margin_that_leaves_no_plan_takes_the_smallest_and_warns(inductor_extr
     assert memory["checkpoint_inductor_peak"] > budget  # the planner's error, still there
 
 
+@pytest.mark.e2e
+def test_an_overrun_of_the_smallest_plan_warns_without_a_second_compile(inductor_extremes, monkeypatch):
+    """A plan already the smallest the planner found gets no smaller by planning again, so
+    an overrun of it is warned at once: a second compile would give the same peak and cost
+    the first step a compile (the 24-layer GPT's chunked plan at per-block checkpointing's
+    memory on an H200, session 27: a first step of 50 s against 23 s, the same plan twice)."""
+    from dsgraph.errors import DsgraphBudgetWarning
+    from dsgraph.recompute import planner
+
+    stock, smallest = inductor_extremes
+    real = planner.external_bytes
+    error = (stock - smallest) // 2
+    monkeypatch.setattr(planner, "external_bytes", lambda joint: real(joint) - error)
+    model, inputs = tiny_gpt(dropout=0.0)
+    budget = smallest - error  # the planner's smallest plan, by its low prediction, exactly
+    before = sum(1 for r in dsgraph.reports() if r.kind == "joint")
+    with pytest.warns(DsgraphBudgetWarning, match="smallest plan the planner found"):
+        memory = compile_step(model, inputs, {"fallback": "error", "chunk_loss": False, "memory_budget": budget}).memory
+    assert sum(1 for r in dsgraph.reports() if r.kind == "joint") == before + 1  # one compile
+    assert memory["checkpoint_smallest"] and memory["checkpoint_margin"] == 0
+    assert memory["checkpoint_predicted_peak"] <= budget < memory["checkpoint_inductor_peak"]
+
+
 def test_with_the_gradient_pool_the_pool_counts_from_the_start(extremes):
     stock, _ = extremes
     model, inputs = tiny_gpt()
