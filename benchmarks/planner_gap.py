@@ -18,6 +18,7 @@ and the steps each starts and ends at on both clocks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from dsgraph.analysis.step_model import StepModel
 from dsgraph.recompute import truth
@@ -38,6 +39,41 @@ def run(name: str, plan_label: str = "smallest", step: int | None = None, every:
     return gap(model, inputs, j, budget, f"{name} {plan_label}", step, every)
 
 
+@contextlib.contextmanager
+def inductor_pool_decisions():
+    """Inductor's own pool decisions while it compiles (``AllocateLine.should_reuse_buffer``,
+    wrapped): per graph compiled, the estimate's peak and its curve over scheduler nodes
+    (``memory.estimate_peak_memory``), and (buffer, freed buffer, freed at, allocated at,
+    bytes, peak in between, taken) for each decision. Read, not changed: a diagnostic."""
+    from torch._inductor import memory
+    from torch._inductor.codegen import wrapper
+
+    graphs: list[dict] = []
+    estimate, decide = memory.estimate_peak_memory, wrapper.AllocateLine.should_reuse_buffer
+
+    def recording_estimate(*args, **kwargs):
+        overall, curve = estimate(*args, **kwargs)
+        graphs.append({"overall": overall, "curve": list(curve), "decisions": []})
+        return overall, curve
+
+    def recording_decide(self, free_line, size):
+        taken = decide(self, free_line, size)
+        try:
+            between = self.wrapper.estimate_peak.peak_between(free_line, self)
+            graphs[-1]["decisions"].append((self.node.get_name(), free_line.node.get_name(),
+                                            free_line.scheduler_node_index, self.scheduler_node_index,
+                                            size, between, bool(taken)))
+        except Exception:  # another torch's wrapper: the decisions are not recorded
+            pass
+        return taken
+
+    memory.estimate_peak_memory, wrapper.AllocateLine.should_reuse_buffer = recording_estimate, recording_decide
+    try:
+        yield graphs
+    finally:
+        memory.estimate_peak_memory, wrapper.AllocateLine.should_reuse_buffer = estimate, decide
+
+
 def gap(model, inputs, j, budget: int, title: str, step: int | None = None, every: bool = False,
         autocast=None, pre_grad=None, verbose: bool = True, extra_external: int = 0) -> dict:
     """``run`` on any model: ``j`` its captured joint graph (``truth.capture_joint`` with the
@@ -53,7 +89,8 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
         made["plan"] = plan_checkpoint(gm, ji, kw, budget, executor="inductor", extra_external=extra_external)
         return made["plan"].forward, made["plan"].backward
 
-    real = truth.compiled_peaks(model, inputs, choose, inductor=True, autocast=autocast, pre_grad=pre_grad)
+    with inductor_pool_decisions() as inductor_decisions:
+        real = truth.compiled_peaks(model, inputs, choose, inductor=True, autocast=autocast, pre_grad=pre_grad)
     tl = real.inductor
     by = {n.name: n for n in j.gm.graph.nodes}
     saved = [sm.index[by[n]] for n in real.saved_names if n in by]
@@ -137,9 +174,25 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
             for a, b, nbytes, label in pred.intervals or ():
                 if label == f"{stage}:{node}":
                     print(f"       model: {label} {nbytes} B [{a}, {b}] (own clock {a - bw0 if stage == 'backward' else a})")
+        names = {a[1] for a in chain}
+        stage_graph = [g for g in inductor_decisions if any(d[0] in names for d in g["decisions"])]
+        for g in stage_graph[-1:]:
+            curve = g["curve"]
+            top = max(range(len(curve)), key=curve.__getitem__)
+            origins = real.step_origins.get(stage, [])
+            where = " ".join(origins[top])[:120] if top < len(origins) else "the end"
+            print(f"       inductor's estimate: peak {g['overall']} at scheduler node {top} of {len(curve)} ({where})")
+            for name, freed_name, freed, at, nbytes, between, taken in g["decisions"]:
+                if name in names or freed_name in names:
+                    print(f"       inductor pool: {name} asks at {at} for {freed_name} (freed at {freed}): "
+                          f"{nbytes} + {between} = {nbytes + between} against {g['overall']}: "
+                          f"{'taken' if taken else 'refused'}")
         ids = {sm.index[by[n]] for n in nodes if n in by}
-        runs = list(dict.fromkeys(d[0] for d in decisions))  # emulated graphs in the order they ran
-        for run_id, taker, r, freed, at, nbytes, need, overall, taken in decisions:
+        runs = list(dict.fromkeys(d[1] if d[0] == "peak" else d[0] for d in decisions))  # in the order they ran
+        for _, run_id, overall, node, at, steps in [d for d in decisions if d[0] == "peak"]:
+            print(f"       model's estimate (graph {runs.index(run_id) + 1} of {len(runs)}): peak {overall} at "
+                  f"step {at} of {steps} ({sm.nodes[node].name if node >= 0 else '?'})")
+        for run_id, taker, r, freed, at, nbytes, need, overall, taken in [d for d in decisions if d[0] != "peak"]:
             if taker in ids or r in ids:
                 print(f"       pool (graph {runs.index(run_id) + 1} of {len(runs)}): {sm.nodes[taker].name} asks at "
                       f"{at} for {sm.nodes[r].name}'s block "

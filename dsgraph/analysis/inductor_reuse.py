@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 # Diagnostics (``benchmarks.planner_gap``): a list here collects every decision of
 # ``reuse_pool`` as (the run's id, taker node, root node, step freed after, step, taker bytes,
 # live bytes holding it meanwhile would reach, the graph's estimated peak, taken); None:
-# nothing kept
+# nothing kept. Each graph's estimated peak is recorded too, as ("peak", the run's id, the
+# peak, the node of the step's kernel, the step, the steps)
 POOL_DECISIONS: list | None = None
 
 
@@ -139,6 +140,9 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
         acc += d
         curve.append(acc)
     overall = max(curve)
+    if POOL_DECISIONS is not None:  # where the estimate peaks: the node of that step's kernel
+        POOL_DECISIONS.append(("peak", id(run), overall, run.kernels[curve.index(overall)]
+                               if len(run.kernels) == steps else -1, curve.index(overall), steps))
     allocated_at: dict[int, list[int]] = {}
     ending_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):
