@@ -96,12 +96,11 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
     saved = [sm.index[by[n]] for n in real.saved_names if n in by]
     from dsgraph.analysis import inductor_reuse
 
-    inductor_reuse.POOL_DECISIONS = []
+    trace = inductor_reuse.POOL_TRACE = inductor_reuse.PoolTrace()
     try:
         pred = sm.evaluate(saved, "inductor", explain=True)
-        decisions = inductor_reuse.POOL_DECISIONS
     finally:
-        inductor_reuse.POOL_DECISIONS = None
+        inductor_reuse.POOL_TRACE = None
     predicted = made["plan"].predicted_peak - extra_external
     print(f"{title}: predicted {predicted} model {pred.peak} truth {tl.peak_bytes} "
           f"error {predicted / tl.peak_bytes - 1:+.2%}")
@@ -188,11 +187,11 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
                           f"{nbytes} + {between} = {nbytes + between} against {g['overall']}: "
                           f"{'taken' if taken else 'refused'}")
         ids = {sm.index[by[n]] for n in nodes if n in by}
-        runs = list(dict.fromkeys(d[1] if d[0] == "peak" else d[0] for d in decisions))  # in the order they ran
-        for _, run_id, overall, node, at, steps in [d for d in decisions if d[0] == "peak"]:
+        runs = [p[0] for p in trace.peaks]  # the emulated graphs in the order they ran
+        for run_id, overall, node, at, steps in trace.peaks:
             print(f"       model's estimate (graph {runs.index(run_id) + 1} of {len(runs)}): peak {overall} at "
-                  f"step {at} of {steps} ({sm.nodes[node].name if node >= 0 else '?'})")
-        for run_id, taker, r, freed, at, nbytes, need, overall, taken in [d for d in decisions if d[0] != "peak"]:
+                  f"step {at} of {steps} ({sm.nodes[node].name})")
+        for run_id, taker, r, freed, at, nbytes, need, overall, taken in trace.decisions:
             if taker in ids or r in ids:
                 print(f"       pool (graph {runs.index(run_id) + 1} of {len(runs)}): {sm.nodes[taker].name} asks at "
                       f"{at} for {sm.nodes[r].name}'s block "

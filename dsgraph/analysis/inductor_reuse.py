@@ -4,6 +4,7 @@ updates) and the wrapper's pool of freed buffers. Both merge two buffers into on
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .inductor_ops import CAT, POINTWISE, REDUCTION, SCATTER
@@ -11,12 +12,19 @@ from .inductor_ops import CAT, POINTWISE, REDUCTION, SCATTER
 if TYPE_CHECKING:
     from .inductor_model import EmulatedGraph, InductorRun
 
-# Diagnostics (``benchmarks.planner_gap``): a list here collects every decision of
-# ``reuse_pool`` as (the run's id, taker node, root node, step freed after, step, taker bytes,
-# live bytes holding it meanwhile would reach, the graph's estimated peak, taken); None:
-# nothing kept. Each graph's estimated peak is recorded too, as ("peak", the run's id, the
-# peak, the node of the step's kernel, the step, the steps)
-POOL_DECISIONS: list | None = None
+@dataclass
+class PoolTrace:
+    """What ``reuse_pool`` decided, for diagnostics (``benchmarks.planner_gap``): per emulated
+    graph (by the run's id) its estimated peak (peak, the node of that step's kernel, the
+    step, the steps), and every hand-over asked for (run id, taker node, root node, step
+    freed after, step, taker bytes, live bytes holding it meanwhile would reach, the graph's
+    estimated peak, taken)."""
+    peaks: list = field(default_factory=list)
+    decisions: list = field(default_factory=list)
+
+
+# set to a PoolTrace to record; None (the default): nothing kept
+POOL_TRACE: PoolTrace | None = None
 
 
 def reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, position: list[int]) -> None:
@@ -140,9 +148,9 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
         acc += d
         curve.append(acc)
     overall = max(curve)
-    if POOL_DECISIONS is not None:  # where the estimate peaks: the node of that step's kernel
-        POOL_DECISIONS.append(("peak", id(run), overall, run.kernels[curve.index(overall)]
-                               if len(run.kernels) == steps else -1, curve.index(overall), steps))
+    if POOL_TRACE is not None:
+        top = curve.index(overall)
+        POOL_TRACE.peaks.append((id(run), overall, run.kernels[top], top, steps))
     allocated_at: dict[int, list[int]] = {}
     ending_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):
@@ -164,8 +172,8 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
             root, freed = stack.pop()
             need = b.nbytes + max(curve[freed + 1:step], default=0)
             taken = freed + 1 == step or need <= overall
-            if POOL_DECISIONS is not None:
-                POOL_DECISIONS.append((id(run), b.node, buffers[root].node, freed, step, b.nbytes, need, overall, taken))
+            if POOL_TRACE is not None:
+                POOL_TRACE.decisions.append((id(run), b.node, buffers[root].node, freed, step, b.nbytes, need, overall, taken))
             if taken:
                 for t in range(freed + 1, step):
                     curve[t] += b.nbytes
