@@ -255,7 +255,8 @@ def gap(model, inputs, j, budget: int, title: str, step: int | None = None, ever
             print(f"  {k:4d} {graph:8s} {tl.entries[k].live_bytes:9d} {d:+8d} {' '.join(names)[:80]}")
     if verbose:
         compare(tl.peak_index() if step is None else step)
-    return {"compare": compare, "real": real, "pred": pred, "sm": sm, "plan": made["plan"]}
+    return {"compare": compare, "real": real, "pred": pred, "sm": sm, "plan": made["plan"],
+            "inductor_estimates": inductor_decisions, "trace": trace}
 
 
 def main(argv: list[str] | None = None) -> None:

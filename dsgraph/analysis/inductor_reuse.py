@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .. import compat
 from .inductor_ops import CAT, POINTWISE, REDUCTION, SCATTER
 
 if TYPE_CHECKING:
@@ -18,9 +19,11 @@ class PoolTrace:
     graph (by the run's id) its estimated peak (peak, the node of that step's kernel, the
     step, the steps), and every hand-over asked for (run id, taker node, root node, step
     freed after, step, taker bytes, live bytes holding it meanwhile would reach, the graph's
-    estimated peak, taken)."""
+    estimated peak, taken), and per graph its estimate's curve before any hand-over (run id,
+    live bytes per step, the nodes fused into each scheduled step)."""
     peaks: list = field(default_factory=list)
     decisions: list = field(default_factory=list)
+    curves: list = field(default_factory=list)
 
 
 # set to a PoolTrace to record; None (the default): nothing kept
@@ -117,7 +120,8 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     """The wrapper's buffer pool (``MemoryPlanningState``): a freed buffer goes into a pool
     keyed by its bytes and dtype and is not released; a later allocation of the same key
     takes the most recently freed one if holding it meanwhile keeps the graph's live bytes
-    (Inductor's own estimate: buffers and freeable inputs, ``EfficientPeakEstimate``)
+    (Inductor's own estimate: buffers and freeable inputs, ``EfficientPeakEstimate``; on
+    torch < 2.13 lowered by the outputs not yet made, ``compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START``)
     within the graph's peak, or if it was freed by the step just before. The two are then
     one block, from the first allocation to the last use of the last holder. Only what the
     wrapper allocates takes a freed buffer: a fallback kernel's outputs (the attention ops,
@@ -143,14 +147,17 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
         delta[start] += nbytes
         if not b.output:
             delta[max(end, start) + 1] -= nbytes
+        elif compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START:
+            delta[0] -= nbytes  # torch < 2.13: an output is freed at step 0 (compat)
     curve, acc = [], 0
     for d in delta[:steps]:
         acc += d
         curve.append(acc)
-    overall = max(curve)
+    overall = max(0, *curve)  # Inductor's running maximum starts at 0
     if POOL_TRACE is not None:
         top = curve.index(overall)
         POOL_TRACE.peaks.append((id(run), overall, run.kernels[top], top, steps))
+        POOL_TRACE.curves.append((id(run), list(curve), [list(group) for group in run.groups]))
     allocated_at: dict[int, list[int]] = {}
     ending_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import compat
 from .inductor_horizontal import fuse_horizontal
 from .inductor_ops import POINTWISE, REDUCTION, OpInfo, Rules
 
@@ -146,7 +147,9 @@ def _reorder_for_peak_memory(order: list[int], members: dict, find, reads: list[
     """Inductor's ``reorder_for_peak_memory`` on the fused kernels: the scheduler's order,
     a least-peak-memory-first greedy order, a breadth-first and a depth-first one; the
     order of least estimated peak wins (the first of equals). The estimate counts every
-    buffer a fused kernel writes (before fusion removes any) and the freeable inputs."""
+    buffer a fused kernel writes (before fusion removes any) and the freeable inputs; on
+    torch < 2.13 it is lowered by the outputs not yet made
+    (``compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START``)."""
     buffers = run.buffers
     index = {root: k for k, root in enumerate(order)}
     size = {root: 0 for root in order}
@@ -188,6 +191,8 @@ def _reorder_for_peak_memory(order: list[int], members: dict, find, reads: list[
             start = at[root]
             delta[start] += bsize[b]
             if b in outputs:
+                if compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START:
+                    delta[0] -= bsize[b]  # torch < 2.13: an output is freed at step 0 (compat)
                 continue
             end = max((at[r] for r in buffer_succs.get(b, ())), default=start)
             delta[end + 1] -= bsize[b]

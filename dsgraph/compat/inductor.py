@@ -8,6 +8,18 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+from .version import TORCH_VERSION
+
+# torch 2.11 and 2.12's ``memory.estimate_peak_memory`` frees a graph output (``end_step``
+# -1) at index ``end_step + 1``, i.e. step 0: each output's bytes are taken off from the
+# first step on and added back when it is made, so every output not yet made lowers the
+# estimate. torch 2.13 skips that free (``peak_memory_from_buf_info_list``). Both the
+# wrapper's pool (``EfficientPeakEstimate``) and ``reorder_for_peak_memory`` use this
+# estimate: in a backward, whose outputs are the parameter gradients, 2.11's estimate is
+# lower by the gradients not yet made (1.4 GB on the 24-layer GPT), so its pool takes
+# hand-overs a 2.13 estimate refuses. Read from both wheels' source (session 28).
+PEAK_ESTIMATE_FREES_OUTPUTS_AT_START = TORCH_VERSION < (2, 13)
+
 def compile_fx(*args: Any, **kwargs: Any) -> Any:
     from torch._inductor.compile_fx import compile_fx as _compile_fx
 
