@@ -89,6 +89,7 @@ class Buffer:
     # and the wrapper's pool reuse hold it live until then (issue: a ViT's backward with
     # the pool ran the FFN's weight-gradient ``mm_into_`` before its input gradient's mm)
     slot: bool = False
+    element: int = 0  # which output tensor of its node it holds (a multi-output kernel's)
 
     def freeable_input(self, donated) -> bool:
         """A graph input Inductor's peak estimate frees after its last reader."""

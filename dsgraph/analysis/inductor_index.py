@@ -8,18 +8,30 @@ reduction) is evaluated twice and counted twice, unless both indices are the sam
 expression, which Inductor sees after sympy simplification (two paths through different
 views that land on the same element are one load).
 
-The emulation sees the same by numbers: an index map is a function from the flat index
-of the node being lowered to the flat index of the value read (row-major over the FX
-shape: a layout does not change which element is read), evaluated on sample points of
-the root's index space. Two maps that agree on every sample are one map. A step is one
-FX edge's map (a view, a broadcast, a slice_scatter's shift, one element of an unrolled
-reduction); a map is a chain of steps, kept canonical by its fingerprint. Indirect
-indexing (``index``, ``gather``, ``embedding``) reads at data: an opaque step, distinct for
-each edge.
+The emulation sees the same by numbers: an index map is a function from the coordinates
+of the node being lowered to the coordinates of the value read (over the FX shapes: a
+layout does not change which element is read), evaluated on sample points of the root's
+index space and compared as row-major flat indices of the value read. Two maps that agree
+on every sample are one map. A step is one FX edge's map (a view, a broadcast, a
+slice_scatter's shift, one element of an unrolled reduction); a map is a chain of steps,
+kept canonical by its fingerprint. Indirect indexing (``index``, ``gather``,
+``embedding``) reads at data: an opaque step, distinct for each edge.
+
+Steps carry coordinates, not flat indices, because Inductor's indices are expressions of
+coordinates: a reshape maps each group of dimensions on its own
+(``View._dynamic_reshape_indexer``: ``ModularIndexing`` of a split dimension, a sum for
+merged ones), so a coordinate outside its dimension (a slice_scatter's source read where
+the mask is off: ``j - 8`` for ``j < 8``) stays in that dimension. Through a flat index it
+would borrow from the next dimension out, and two reads that are one expression to
+sympy would look like two: Llama's rotary backward reads its sine table at ``j - 8`` and
+``j + 8``, both ``ModularIndexing(j, 1, 8)`` through the table's (2, 8) expand, one read
+and 13 ops fewer than counted by flat indices (torch 2.11 CPU and the GPU threshold of 30
+ops: issue 12, session 28).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Callable, Sequence
 
@@ -34,13 +46,18 @@ _EXACT = 4096
 
 
 class Step:
-    """One edge's index map: consumer flat indices -> producer flat indices (``fn``), or
-    ``fn is None`` for an indirect read (opaque: distinct from every other step)."""
+    """One edge's index map: consumer coordinates (over ``out``) -> producer coordinates
+    (over ``inp``) (``fn``, on arrays of sample points), or ``fn is None`` for an indirect
+    read (opaque: distinct from every other step)."""
 
-    __slots__ = ("fn", "out_numel", "key")
+    __slots__ = ("fn", "out", "inp", "key")
 
-    def __init__(self, fn: Callable[[np.ndarray], np.ndarray] | None, out_numel: int, key=None):
-        self.fn, self.out_numel, self.key = fn, out_numel, key
+    def __init__(self, fn: Callable[[list], list] | None, out: tuple, inp: tuple, key=None):
+        self.fn, self.out, self.inp, self.key = fn, tuple(out), tuple(inp), key
+
+    @property
+    def out_numel(self) -> int:
+        return _numel(self.out)
 
 
 class IndexMaps:
@@ -51,6 +68,8 @@ class IndexMaps:
         self.chains: list[tuple] = [()]  # by map id; id 0 is not used (None: the identity)
         self._ids: dict = {}
         self._memo: dict = {}
+        self._then: dict = {}
+        self._addresses: dict = {}
 
     def compose(self, step: Step | None, mid: int | None) -> int | None:
         """The map of reading, through ``step``, a value its producer reads at map ``mid``
@@ -74,21 +93,88 @@ class IndexMaps:
         return got
 
 
-def _fingerprint(chain: tuple) -> tuple:
-    n = chain[0].out_numel
+    def then(self, outer: int | None, inner: int | None) -> int | None:
+        """The map of reading, at map ``outer``, a value that reads its own input at map
+        ``inner`` (the two chains one after the other)."""
+        if outer is None:
+            return inner
+        if inner is None:
+            return outer
+        key = (outer, inner)
+        got = self._then.get(key, 0)
+        if got != 0:
+            return got
+        chain = self.chains[outer] + self.chains[inner]
+        fp = _fingerprint(chain)
+        if fp is None:
+            got = None
+        else:
+            got = self._ids.get(fp)
+            if got is None:
+                got = len(self.chains)
+                self.chains.append(chain)
+                self._ids[fp] = got
+        self._then[key] = got
+        return got
+
+
+    def address(self, mid: int | None, shape: tuple, strides: tuple):
+        """A hashable key of the memory offsets map ``mid`` reads in a tensor of ``shape``
+        laid out with ``strides``: two maps with one key read one address at every index
+        (Inductor sees one load). A map whose chain ends in another number of elements, or
+        reads at data: its own id."""
+        key = (mid, shape, strides)
+        got = self._addresses.get(key, 0)
+        if got != 0:
+            return got
+        chain = self.chains[mid] if mid is not None else ()
+        got = mid
+        shape = tuple(shape)
+        if not chain or _numel(chain[-1].inp) == _numel(shape):
+            root = chain[0].out if chain else shape
+            idx = _samples(_numel(root))
+            c, at = _unravel(idx, root), root
+            for step in chain:
+                if step.out != at:
+                    c, at = _regroup(c, at, step.out, idx), step.out
+                if step.fn is None:
+                    c = None
+                    break
+                c, at = step.fn(c), step.inp
+            if c is not None:
+                if at != shape:  # a reshape left out of the chain
+                    c = _regroup(c, at, shape, idx)
+                flat = np.zeros_like(idx)
+                for coord, stride in zip(c, strides):
+                    flat = flat + coord * stride
+                got = ("address", _numel(root), flat.tobytes())
+        self._addresses[key] = got
+        return got
+
+
+def _samples(n: int) -> np.ndarray:
     if n <= _EXACT:
-        idx = np.arange(n, dtype=np.int64)
-    else:
-        rng = np.random.default_rng(n)
-        idx = np.concatenate([[0, n - 1], rng.integers(0, n, _SAMPLES)]).astype(np.int64)
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(n)
+    return np.concatenate([[0, n - 1], rng.integers(0, n, _SAMPLES)]).astype(np.int64)
+
+
+def _fingerprint(chain: tuple) -> tuple:
+    shape = chain[0].out
+    n = _numel(shape)
+    idx = _samples(n)
     start = idx
+    c = _unravel(idx, shape)
     for k, step in enumerate(chain):
+        if step.out != shape:  # a reshape left out of the chain (an identity by flat index)
+            c, shape = _regroup(c, shape, step.out, idx), step.out
         if step.fn is None:  # indirect: what follows is read at data, not at an index
-            return (n, id(step), idx.tobytes(), tuple(id(s) for s in chain[k + 1:]))
-        idx = step.fn(idx)
-    if np.array_equal(idx, start):
+            return (n, id(step), _ravel(c, shape, idx).tobytes(), tuple(id(s) for s in chain[k + 1:]))
+        c, shape = step.fn(c), step.inp
+    flat = _ravel(c, shape, idx)
+    if np.array_equal(flat, start):
         return None
-    return (n, idx.tobytes())
+    return (n, flat.tobytes())
 
 
 # -- steps of FX edges ---------------------------------------------------------------
@@ -113,8 +199,9 @@ def _unravel(flat: np.ndarray, shape: Sequence[int]) -> list[np.ndarray]:
     return coords[::-1]
 
 
-def _ravel(coords: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray:
-    flat = np.zeros_like(coords[0]) if coords else np.zeros(1, dtype=np.int64)
+def _ravel(coords: Sequence[np.ndarray], shape: Sequence[int], like: np.ndarray) -> np.ndarray:
+    """Row-major flat indices of ``coords`` (a scalar's: 0 at each sample of ``like``)."""
+    flat = np.zeros_like(like)
     for c, s in zip(coords, shape):
         flat = flat * s + c
     return flat
@@ -123,8 +210,102 @@ def _ravel(coords: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray:
 def _coord_step(out: tuple, inp: tuple, f: Callable[[list], list], key) -> Step:
     """A step from a function of the consumer's coordinates to the producer's."""
     if not inp:
-        return Step(lambda flat: np.zeros_like(flat), _numel(out), key)
-    return Step(lambda flat: _ravel(f(_unravel(flat, out)), inp), _numel(out), key)
+        return Step(lambda c: [], out, inp, key)
+    return Step(f, out, inp, key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reshaper(out: tuple, inp: tuple) -> Step | None:
+    return reshape(out, inp) if _numel(out) == _numel(inp) else None
+
+
+def _regroup(c: list, shape: tuple, to: tuple, like: np.ndarray) -> list:
+    """Coordinates over ``shape`` as a view of ``to`` reads them (Inductor's reshape
+    indexer, ``reshape``): a chain drops a reshape whose map is the identity by flat index
+    (``IndexMaps.compose``), yet a coordinate outside its dimension must stay in it."""
+    step = _reshaper(shape, to)
+    if step is None:
+        return _unravel(_ravel(c, shape, like), to)
+    return step.fn(c)
+
+
+def reshape(out: tuple, inp: tuple) -> Step | None:
+    """A view of ``inp`` as ``out`` (view, reshape, unsqueeze, squeeze, ...) as Inductor's
+    ``View._dynamic_reshape_indexer`` indexes it: from the innermost dimensions out, an
+    equal size passes its coordinate, consumer dimensions merged into one producer
+    dimension sum, a consumer dimension split over producer ones is taken apart with
+    ``ModularIndexing`` (floor division, then a floor modulo) each; a size-1 producer
+    dimension reads 0. None: the same shape."""
+    if out == inp:
+        return None
+    plan = _reshape_plan(out, inp)
+    if plan is None:  # sizes that do not group (a zero-size dimension): by flat index
+        return _coord_step(out, inp, lambda c: _unravel(_ravel(c, out, c[0] if c else np.zeros(1, np.int64)), inp),
+                           ("reshape", out, inp))
+
+    def f(c):
+        got = []
+        for p in plan:
+            if p[0] == "zero":
+                got.append(np.zeros_like(c[0]) if c else np.zeros(1, dtype=np.int64))
+            elif p[0] == "sum":
+                v = c[p[1][0]]
+                for d in p[1][1:]:
+                    v = v * out[d] + c[d]
+                got.append(v)
+            else:
+                got.append((c[p[1]] // p[2]) % p[3])
+        return got
+    return _coord_step(out, inp, f, ("reshape", out, inp))
+
+
+def _reshape_plan(out: tuple, inp: tuple) -> list | None:
+    """``reshape``'s expression per producer dimension, outermost first: ("zero",),
+    ("sum", consumer dims), ("mod", consumer dim, divisor, modulus); None where the sizes do
+    not group as Inductor's indexer assumes."""
+    plan: list = []  # innermost first
+    new = list(range(len(out)))
+    old = list(inp)
+    while new and old:
+        size_old = old.pop()
+        d = new.pop()
+        size_new = out[d]
+        if size_old == 1:
+            plan.append(("zero",))
+            new.append(d)
+        elif size_new == 1:
+            old.append(size_old)
+        elif size_new == size_old:
+            plan.append(("sum", (d,)))
+        elif size_new < size_old:
+            dims = [d]
+            while size_new < size_old:
+                if not new:
+                    return None
+                d2 = new.pop()
+                dims.insert(0, d2)
+                size_new *= out[d2]
+            if size_new != size_old:
+                return None
+            plan.append(("sum", tuple(dims)))
+        else:
+            divisor, modulus = 1, size_old
+            plan.append(("mod", d, divisor, modulus))
+            divisor *= modulus
+            while size_new > size_old:
+                if not old:
+                    return None
+                modulus = old.pop()
+                plan.append(("mod", d, divisor, modulus))
+                divisor *= modulus
+                size_old *= modulus
+            if size_new != size_old:
+                return None
+    if any(s != 1 for s in old) or any(out[d] != 1 for d in new):
+        return None
+    plan.extend(("zero",) for _ in old)
+    plan.reverse()
+    return plan
 
 
 def broadcast(out: tuple, inp: tuple) -> Step | None:
@@ -168,7 +349,7 @@ def view_steps(node: Node) -> Step | None:
     args = node.args
     if name in ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "alias", "flatten", "unflatten",
                 "_reshape_alias", "view_as", "lift_fresh", "detach"):
-        return None
+        return reshape(out, inp)
     if name == "expand":
         return broadcast(out, inp)
     if name in ("permute", "transpose", "t"):
@@ -204,17 +385,17 @@ def view_steps(node: Node) -> Step | None:
         index = index + inp[dim] if index < 0 else index
 
         return drop(out, inp, dim, index)
-    return Step(None, _numel(out), ("opaque", node.name))  # as_strided, diagonal, unfold, ...
+    return Step(None, out, inp, ("opaque", node.name))  # as_strided, diagonal, unfold, ...
 
 
 def drop(out: tuple, inp: tuple, dim: int, index: int) -> Step:
     """``producer = consumer`` with coordinate ``index`` inserted at ``dim`` (a select; a
     select_scatter's source)."""
-    def fn(flat):
-        c = _unravel(flat, out)
-        c.insert(dim, np.full_like(flat, index))
-        return _ravel(c, inp)
-    return Step(fn, _numel(out), ("select", out, inp, dim, index))
+    def fn(c):
+        c = list(c)
+        c.insert(dim, np.full_like(c[0], index) if c else np.full(1, index, dtype=np.int64))
+        return c
+    return Step(fn, out, inp, ("select", out, inp, dim, index))
 
 
 def coords(out: tuple, inp: tuple, f: Callable[[list], list], key) -> Step:
@@ -224,5 +405,5 @@ def coords(out: tuple, inp: tuple, f: Callable[[list], list], key) -> Step:
 
 def opaque(node: Node, arg: int) -> Step:
     val = node.meta.get("val")
-    n = _numel(_shape(val)) if isinstance(val, torch.Tensor) else 1
-    return Step(None, n, ("indirect", node.name, arg))
+    out = _shape(val) if isinstance(val, torch.Tensor) else ()
+    return Step(None, out, (), ("indirect", node.name, arg))

@@ -60,17 +60,16 @@ class _Expr:
     __slots__ = ("loads", "terms", "consts", "ops", "nloads", "heavy", "nontrivial")
 
     def __init__(self, loads: frozenset, terms: frozenset, consts: frozenset, ops: int, heavy: bool,
-                 nontrivial: int):
+                 nontrivial: int, nloads: int):
         self.loads, self.terms, self.consts, self.ops, self.heavy = loads, terms, consts, ops, heavy
-        self.nontrivial = nontrivial
-        self.nloads = len({(b, m) for b, m, _ in loads})
+        self.nontrivial, self.nloads = nontrivial, nloads
 
-    def copy_at(self, loads: frozenset, terms: frozenset, ops: int, nontrivial: int) -> "_Expr":
+    def copy_at(self, loads: frozenset, terms: frozenset, ops: int, nontrivial: int, nloads: int) -> "_Expr":
         """The same expression read at another index (a copy, not a node's expression: no
         ``__init__``, which the op-count test records)."""
         e = _Expr.__new__(_Expr)
         e.loads, e.terms, e.consts, e.ops, e.heavy, e.nontrivial = loads, terms, self.consts, ops, self.heavy, nontrivial
-        e.nloads = len({(b, m) for b, m, _ in loads})
+        e.nloads = nloads
         return e
 
 
@@ -89,7 +88,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
 
     def new_buffer(node: int, nbytes: int, step: int, element: int = 0) -> int:
         dtypes = info[node].dtypes
-        buffers.append(Buffer(nbytes, dtypes[element] if element < len(dtypes) else None, step, -1, node, kernel=step))
+        buffers.append(Buffer(nbytes, dtypes[element] if element < len(dtypes) else None, step, -1, node, kernel=step,
+                              element=element))
         return len(buffers) - 1
 
     def multi_buffers(node: int, op, step: int) -> tuple:
@@ -131,12 +131,58 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             return hit[1]
         loads = frozenset((b, compose(step, m), k) for b, m, k in e.loads)
         terms = frozenset((n, compose(step, m)) for n, m in e.terms)
-        out = e.copy_at(loads, terms, count(terms, loads, e.consts), nontrivial_of(loads))
+        out = e.copy_at(loads, terms, count(terms, loads, e.consts), nontrivial_of(loads), distinct_loads(loads))
         moved_cache[key] = (e, out)
         return out
 
+    # Inductor's counter CSEs an op by its arguments, not by the index it is evaluated at: a
+    # node's ops evaluated at two indices are one if every leaf of its expression (a load,
+    # an op that reads the index itself) is read at one index from both. Llama's rotary
+    # backward reads its sine table at j - 8 and j + 8, both (j mod 8) at the table's
+    # leaves: one sine, not two (issue 12, session 28). A term is counted by its node and
+    # the composed maps of its leaves, in a fixed order (a - b is not b - a)
+    leaves: dict[int, tuple] = {}
+    term_keys: dict = {}
+
+    def register(i: int, e: _Expr) -> _Expr:
+        if not info[i].reads_index:
+            found = {(0, b, m) for b, m, _ in e.loads} | {(1, t, m) for t, m in e.terms if info[t].reads_index}
+            leaves[i] = tuple(sorted(found, key=lambda x: (x[0], x[1], -1 if x[2] is None else x[2])))
+        return e
+
+    def term_key(n: int, m) -> tuple:
+        key = (n, m)
+        got = term_keys.get(key)
+        if got is None:
+            own = leaves.get(n)
+            got = key if own is None else (n, tuple((kind, x, maps.then(m, lm)) for kind, x, lm in own))
+            term_keys[key] = got
+        return got
+
+    # Inductor's counter takes a load once per (buffer, index expression), the index over
+    # the buffer's memory: two reads at two elements of a fixed layout can be one address.
+    # Llama's grouped-attention gradient, read for the second head of a group at j - 8 and
+    # for the first at j + 8, is one load where heads lie 16 apart (issue 12, session 28)
+    load_keys: dict = {}
+
+    def load_key(b: int, m) -> tuple:
+        key = (b, m)
+        got = load_keys.get(key)
+        if got is None:
+            buf = buffers[b]
+            layouts = info[buf.node].layouts
+            got = key
+            if buf.element < len(layouts):
+                shape, strides = layouts[buf.element]
+                got = (b, maps.address(m, shape, strides))
+            load_keys[key] = got
+        return got
+
+    def distinct_loads(loads) -> int:
+        return len({load_key(b, m) for b, m, _ in loads})
+
     def count(terms, loads, consts) -> int:
-        return sum(info[n].own_ops for n, _ in terms) + len({(b, m) for b, m, _ in loads}) + len(consts)
+        return sum(info[k[0]].own_ops for k in {term_key(n, m) for n, m in terms}) + distinct_loads(loads) + len(consts)
 
     def nontrivial_of(loads) -> int:
         return sum(1 for b, _ in {(b, m) for b, m, _ in loads} if info[buffers[b].node].nontrivial)
@@ -192,7 +238,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 elif r[0] == "view":
                     loads.add((r[1], compose(step, r[3]), r[2]))
         loads_f, terms_f, consts_f = frozenset(loads), frozenset(terms), frozenset(consts)
-        return _Expr(loads_f, terms_f, consts_f, count(terms_f, loads_f, consts_f), heavy, nontrivial_of(loads_f))
+        return register(i, _Expr(loads_f, terms_f, consts_f, count(terms_f, loads_f, consts_f), heavy,
+                                 nontrivial_of(loads_f), distinct_loads(loads_f)))
 
     # placeholders are lowered first
     for i in g.channels_last_inputs:  # run_node's require_exact_strides on the placeholder
@@ -207,8 +254,8 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
         count Inductor's counter gives it (the load and ``own_ops``)."""
         nontrivial = int(info[buffers[b].node].nontrivial)
         consts = info[i].consts
-        state[i] = ("expr", _Expr(frozenset({(b, None, None)}), frozenset({(i, None)}), consts,
-                                  info[i].own_ops + 1 + len(consts), False, nontrivial))
+        state[i] = ("expr", register(i, _Expr(frozenset({(b, None, None)}), frozenset({(i, None)}), consts,
+                                              info[i].own_ops + 1 + len(consts), False, nontrivial, 1)))
         after_lowering(i)
 
     def after_lowering(i: int) -> None:

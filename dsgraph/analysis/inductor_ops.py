@@ -50,8 +50,9 @@ _CONSTANT_MAKERS = {"full", "scalar_tensor", "zeros", "ones", "full_like", "zero
 _INDEX_ARGS = {"gather"}
 # ops that compute in their inputs' promoted dtype and return bool or select: no cast counted
 _NO_PROMOTION = {"eq", "ne", "lt", "le", "gt", "ge", "where", "convert_element_type", "_to_copy", "clone"}
-_HEAVY = {"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"}
 _MUTATING = {"copy_"}
+# pointwise lowerings whose own ops read the index (masks of a slice, a pad, a cat)
+_INDEX_READING = {"slice_scatter", "select_scatter", "constant_pad_nd", "cat", "iota", "arange"}
 # element-moving ops: an output read through one of them is not read at its own index
 MOVES = {"slice", "select", "narrow", "as_strided", "permute", "transpose", "t", "expand", "flip", "roll",
          "diagonal", "unfold", "repeat", "index", "_unsafe_index", "gather", "constant_pad_nd", "cat",
@@ -85,6 +86,7 @@ class Rules:
     # use_two_step_variance: a variance over at most this many elements is a sum of
     # squares (cpp / triton threshold); CUDA leaves (unroll, min_numel) to Welford
     two_step_variance: int = 1024
+    two_step_generic: int = 8  # elsewhere (not the CPU, not CUDA half precision)
     two_step_min_numel: int = 0
     # the scheduler's fusion limits: kernels in one fused kernel (max_fusion_size), in a
     # horizontally fused one (CPU: cpp.max_horizontal_fusion_size), how many later sharers
@@ -117,6 +119,10 @@ class OpInfo:
     # per input (FX's ``all_input_nodes`` order, each once): the index maps it is read at
     # (``inductor_index.Step``; None: at this node's own index), one per read
     maps: tuple = ()
+    # per output tensor of an extern kernel or a graph input, (sizes, strides): where its
+    # elements lie in memory, which Inductor's loads index (a pointwise buffer's layout is
+    # Inductor's own, row-major: None)
+    layouts: tuple = ()
     # constants the expression holds (``ops.constant`` / an index constant, by value and
     # dtype): Inductor's counter counts each once per expression, whoever made it
     consts: frozenset = frozenset()
@@ -154,6 +160,13 @@ class OpInfo:
     conv_input: int = -1
 
     @property
+    def reads_index(self) -> bool:
+        """Its own ops read the index they are evaluated at (an iota, a slice_scatter's or a
+        pad's mask, a pointwise cat's), so two evaluations at two indices are two even
+        where its inputs agree (``inductor_model``'s term keys)."""
+        return self.kind == POINTWISE and (self.name in _INDEX_READING or (self.own_ops > 0 and not self.maps))
+
+    @property
     def bytes(self) -> int:
         return self.nbytes[0] if self.nbytes else 0
 
@@ -184,6 +197,9 @@ def classify(node: Node, rules: Rules) -> OpInfo:
     if info.kind in (POINTWISE, VIEW):
         info.maps = _maps(node, info)
     info.dtypes = tuple(t.dtype for _, t in vals)
+    if info.kind in (EXTERN, PLACEHOLDER):  # a layout fixed by the kernel or the caller
+        info.layouts = tuple((tuple(int(compat.size_hint(d)) for d in t.shape),
+                              tuple(int(compat.size_hint(d)) for d in t.stride())) for _, t in vals)
     info.elements = tuple(k if k is not None else 0 for k, _ in vals)
     if info.kind == EXTERN and node.op == "call_function":
         info.constraint = _constraint(node)
@@ -254,7 +270,7 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
         if rules.cpu or count > rules.pointwise_cat_inputs:
             return OpInfo(CAT, 0, nbytes=nbytes, nontrivial=nontrivial)
     own, consts = _pointwise_ops(node, name, val)
-    return OpInfo(POINTWISE, own, heavy=name in _HEAVY, nbytes=nbytes, nontrivial=nontrivial,
+    return OpInfo(POINTWISE, own, heavy=name in compat.CPU_HEAVY_OPS, nbytes=nbytes, nontrivial=nontrivial,
                   moves=name in MOVES, multi=multi, consts=consts)
 
 
@@ -299,6 +315,17 @@ def _pointwise_ops(node: Node, name: str, val) -> tuple[int, frozenset]:
         return 0, frozenset()  # the input's loader, unchanged
     if name == "slice_scatter":
         return _slice_scatter_ops(node)
+    if name == "pow" and len(node.args) > 1 and isinstance(node.args[1], (int, float)) \
+            and not isinstance(node.args[1], bool) and isinstance(node.args[0], Node):
+        got = _pow_scalar_ops(node.args[1], out_dtype)
+        if got is not None:
+            return got[0] + _promotions(node, name), got[1]
+    if (name, 0) in _INDIRECT:
+        # the lowering loads the indices, wraps them in ``ops.indirect_indexing`` (which
+        # Inductor's counter does not count) and loads the data there: no op of its own, and
+        # the integer indices are not cast to the data's dtype (Llama's causal mask counted
+        # one op too many per index: session 28)
+        return 0, frozenset()
     # scalar arguments are constants of the expression (Inductor's counter sees each once)
     scalars = [a for a in list(node.args) + list(node.kwargs.values())
                if isinstance(a, (int, float)) and not isinstance(a, bool)]
@@ -311,6 +338,32 @@ def _pointwise_ops(node: Node, name: str, val) -> tuple[int, frozenset]:
                                                       and not first.is_floating_point) else out_dtype)
                        for a in scalars[:2])
     return 1 + _promotions(node, name), consts
+
+
+def _pow_scalar_ops(exponent, dtype) -> tuple[int, frozenset] | None:
+    """A tensor to a scalar power as Inductor's ``pow`` lowering writes it (lowering.py): an
+    integral float exponent taken as an int; 0.5 a ``sqrt``; 1 the input's loader (a
+    clone); an int exponent below 32 in size multiplications by squaring
+    (``pow_recursive``: a reciprocal first for a negative one, a constant 1 for 0). None:
+    ``ops.pow`` with the exponent as a constant, the default count. Llama's RMSNorm
+    backward has ``pow(x, 2)`` (a load and one mul, not three ops) and ``pow(x, 1.0)``
+    (the load alone): counted as ``ops.pow`` they put the rotary backward's expression
+    over the GPU's and torch 2.11 CPU's 30-op threshold, where Inductor inlines it."""
+    if isinstance(exponent, float) and exponent.is_integer():
+        exponent = int(exponent)
+    if isinstance(exponent, float):
+        return (1, frozenset()) if exponent == 0.5 else None
+    if exponent == 1:
+        return 0, frozenset()
+    if not -32 < exponent < 32:
+        return None
+
+    def muls(y: int) -> int:
+        return 0 if y <= 1 else muls(y // 2) + 1 + y % 2
+
+    if exponent == 0:
+        return 0, frozenset({("constant", "1", dtype)})
+    return (1 if exponent < 0 else 0) + muls(abs(exponent)), frozenset()
 
 
 def _same_dtype(node: Node) -> bool:
@@ -476,7 +529,7 @@ def _unrolled_steps(node: Node, out: tuple, src: tuple) -> list:
 
 def _chain(outer, inner):
     """Two steps as one."""
-    return ix.Step(lambda flat: inner.fn(outer.fn(flat)), outer.out_numel, ("chain", outer.key, inner.key))
+    return ix.Step(lambda c: inner.fn(outer.fn(c)), outer.out, inner.inp, ("chain", outer.key, inner.key))
 
 
 def _is_call(a) -> bool:

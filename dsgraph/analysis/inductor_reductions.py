@@ -71,7 +71,7 @@ def two_step_variance(node: Node, rnumel: int, rules: Rules) -> bool:
     if rules.cpu:
         return rnumel <= rules.two_step_variance
     if not half:
-        return rnumel <= rules.unroll
+        return rnumel <= rules.two_step_generic
     # CUDA, half precision: short enough, not in the band left to Welford, not split
     # (the split is not modelled: a reduction this short is not split)
     return rnumel <= rules.two_step_variance and not (rules.unroll < rnumel < rules.two_step_min_numel)

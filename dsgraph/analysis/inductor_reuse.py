@@ -116,6 +116,36 @@ def reuse_in_place(run: InductorRun, reads: list[set], g: EmulatedGraph, positio
         run.output_buffers[node] = find(k)
 
 
+def peak_estimate(run: InductorRun, donated) -> tuple[int, list[int]]:
+    """Inductor's ``memory.estimate_peak_memory`` of the emulated graph before fusion and
+    reuse: (its peak, live bytes per step). It sees every scheduler buffer, those fusion
+    later makes kernel-local and those written in place included; a freeable input (a
+    donated or pooled-gradient one) is live from the start to its last reader; an output
+    from its step on, and on torch < 2.13 it is also taken off from step 0
+    (``compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START``). The running maximum starts at 0."""
+    steps = len(run.kernels)
+    delta = [0] * (steps + 2)
+    for b in run.buffers:
+        start, end, nbytes = b.planned
+        if nbytes == 0:
+            continue
+        if b.input:
+            if b.freeable_input(donated) and end >= 0:  # live until its last use
+                delta[0] += nbytes
+                delta[end + 1] -= nbytes
+            continue
+        delta[start] += nbytes
+        if not b.output:
+            delta[max(end, start) + 1] -= nbytes
+        elif compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START:
+            delta[0] -= nbytes
+    curve, acc = [], 0
+    for d in delta[:steps]:
+        acc += d
+        curve.append(acc)
+    return max(0, *curve), curve
+
+
 def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     """The wrapper's buffer pool (``MemoryPlanningState``): a freed buffer goes into a pool
     keyed by its bytes and dtype and is not released; a later allocation of the same key
@@ -132,28 +162,7 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     steps = len(run.kernels)
     if steps == 0:
         return
-    # Inductor's estimate sees every scheduler buffer, those fusion later makes kernel-local
-    # and those written in place included
-    delta = [0] * (steps + 2)
-    for b in buffers:
-        start, end, nbytes = b.planned
-        if nbytes == 0:
-            continue
-        if b.input:
-            if b.freeable_input(g.donated) and end >= 0:  # live until its last use
-                delta[0] += nbytes
-                delta[end + 1] -= nbytes
-            continue
-        delta[start] += nbytes
-        if not b.output:
-            delta[max(end, start) + 1] -= nbytes
-        elif compat.PEAK_ESTIMATE_FREES_OUTPUTS_AT_START:
-            delta[0] -= nbytes  # torch < 2.13: an output is freed at step 0 (compat)
-    curve, acc = [], 0
-    for d in delta[:steps]:
-        acc += d
-        curve.append(acc)
-    overall = max(0, *curve)  # Inductor's running maximum starts at 0
+    overall, curve = peak_estimate(run, g.donated)
     if POOL_TRACE is not None:
         top = curve.index(overall)
         POOL_TRACE.peaks.append((id(run), overall, run.kernels[top], top, steps))

@@ -33,6 +33,7 @@ from .fx import (
     tree_map,
 )
 from .inductor import (
+    CPU_HEAVY_OPS,
     PEAK_ESTIMATE_FREES_OUTPUTS_AT_START,
     CodegenOnly,
     inductor_codegen_only,
@@ -75,7 +76,7 @@ __all__ = [
     "inductor_ahead",
     "CodegenOnly", "inductor_codegen_only", "inductor_layout_constraint", "inductor_layout_opt_possible", "inductor_registries", "inductor_rules", "min_cut_saved_names",
     "min_cut_partition_if",
-    "PEAK_ESTIMATE_FREES_OUTPUTS_AT_START",
+    "CPU_HEAVY_OPS", "PEAK_ESTIMATE_FREES_OUTPUTS_AT_START",
     "CUDNN_ATTENTION_BACKWARD", "FLASH_ATTENTION_BACKWARD", "FloorDiv", "HigherOrderOperator", "OpOverload", "SUPPORTED", "TORCH_VERSION", "all_reduce_op",
     "arena_inductor_patches", "at_backward_end", "graph_task_id", "collective_order_patches", "control_deps_op", "group_name",
     "pin_collectives", "real_tensors", "wait_tensor_op",

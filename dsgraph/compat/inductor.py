@@ -20,6 +20,13 @@ from .version import TORCH_VERSION
 # hand-overs a 2.13 estimate refuses. Read from both wheels' source (session 28).
 PEAK_ESTIMATE_FREES_OUTPUTS_AT_START = TORCH_VERSION < (2, 13)
 
+# ``StorageBox.should_realize_on_reuse`` on a CPU stores a value read more than once when its
+# expression uses one of these ops; torch 2.13 added the logs and tanh to 2.11 and 2.12's
+# exp and sigmoid (read from the wheels, session 28: Llama's smallest CPU plan on 2.11 was
+# predicted 3.45% low with 2.13's list)
+CPU_HEAVY_OPS = frozenset({"exp", "sigmoid"} if TORCH_VERSION < (2, 13) else
+                          {"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"})
+
 def compile_fx(*args: Any, **kwargs: Any) -> Any:
     from torch._inductor.compile_fx import compile_fx as _compile_fx
 
@@ -316,6 +323,26 @@ def inductor_layout_opt_possible(device_type: str) -> bool:
     return bool(torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available())
 
 
+def _two_step_variance(c: Any, cpu: bool) -> dict[str, int]:
+    """Where ``lowering.use_two_step_variance`` lowers a variance as a sum of squared
+    differences rather than Welford (read from the 2.11, 2.12 and 2.13 wheels, session 28),
+    as thresholds on the reduced elements (a variance over at most that many):
+    ``two_step_variance`` on the CPU and for CUDA half precision, ``two_step_generic``
+    elsewhere, ``two_step_min_numel`` the lower end of CUDA half's band left to Welford.
+    torch 2.11: fewer than ``unroll_reductions_threshold`` on every device. 2.12: the CPU's
+    ``cpp.use_two_step_variance_threshold``, else at most the unroll threshold. 2.13: also
+    CUDA half up to ``triton.use_two_step_variance_threshold`` outside (unroll,
+    min_numel)."""
+    unroll = int(getattr(c, "unroll_reductions_threshold", 8))
+    if TORCH_VERSION < (2, 12):
+        return dict(two_step_variance=unroll - 1, two_step_generic=unroll - 1, two_step_min_numel=0)
+    cpp = int(getattr(c.cpp, "use_two_step_variance_threshold", 1024))
+    if TORCH_VERSION < (2, 13):
+        return dict(two_step_variance=cpp if cpu else unroll, two_step_generic=unroll, two_step_min_numel=0)
+    return dict(two_step_variance=cpp if cpu else int(getattr(c.triton, "use_two_step_variance_threshold", 32768)),
+                two_step_generic=unroll, two_step_min_numel=int(getattr(c.triton, "use_two_step_variance_min_numel", 0)))
+
+
 def inductor_rules(device_type: str) -> dict[str, Any]:
     """The store-or-recompute thresholds Inductor's lowering applies on this device
     (``torch._inductor.config``; checked on torch 2.13): an unset
@@ -336,9 +363,7 @@ def inductor_rules(device_type: str) -> dict[str, Any]:
                 pointwise_cat_inputs=int(getattr(c, "max_pointwise_cat_inputs", 8)),
                 unroll=int(getattr(c, "unroll_reductions_threshold", 8)),
                 keep_half_addmm=bool(getattr(c, "keep_addmm_fused_for_half_dtypes", False)),
-                two_step_variance=int(getattr(c.cpp, "use_two_step_variance_threshold", 1024) if cpu
-                                      else getattr(c.triton, "use_two_step_variance_threshold", 32768)),
-                two_step_min_numel=int(getattr(c.triton, "use_two_step_variance_min_numel", 0)),
+                **_two_step_variance(c, cpu),
                 max_fusion=int(getattr(c, "max_fusion_size", 64)),
                 horizontal_size=int(getattr(c.cpp, "max_horizontal_fusion_size", 16) if cpu
                                     else getattr(c, "max_fusion_size", 64)),
