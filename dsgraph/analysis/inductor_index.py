@@ -79,19 +79,22 @@ class IndexMaps:
         key = (step, mid)
         if key in self._memo:
             return self._memo[key]
-        chain = (step,) + (self.chains[mid] if mid is not None else ())
-        fp = _fingerprint(chain)
-        if fp is None:
-            got = None  # every element read at its own index: the identity
-        else:
-            got = self._ids.get(fp)
-            if got is None:
-                got = len(self.chains)
-                self.chains.append(chain)
-                self._ids[fp] = got
+        got = self._intern((step,) + (self.chains[mid] if mid is not None else ()))
         self._memo[key] = got
         return got
 
+    def _intern(self, chain: tuple) -> int | None:
+        """The id of ``chain``'s map: that of the first chain seen with its fingerprint
+        (None: every element read at its own index, the identity)."""
+        fp = _fingerprint(chain)
+        if fp is None:
+            return None
+        got = self._ids.get(fp)
+        if got is None:
+            got = len(self.chains)
+            self.chains.append(chain)
+            self._ids[fp] = got
+        return got
 
     def then(self, outer: int | None, inner: int | None) -> int | None:
         """The map of reading, at map ``outer``, a value that reads its own input at map
@@ -104,19 +107,9 @@ class IndexMaps:
         got = self._then.get(key, 0)
         if got != 0:
             return got
-        chain = self.chains[outer] + self.chains[inner]
-        fp = _fingerprint(chain)
-        if fp is None:
-            got = None
-        else:
-            got = self._ids.get(fp)
-            if got is None:
-                got = len(self.chains)
-                self.chains.append(chain)
-                self._ids[fp] = got
+        got = self._intern(self.chains[outer] + self.chains[inner])
         self._then[key] = got
         return got
-
 
     def address(self, mid: int | None, shape: tuple, strides: tuple):
         """A hashable key of the memory offsets map ``mid`` reads in a tensor of ``shape``
@@ -133,14 +126,7 @@ class IndexMaps:
         if not chain or _numel(chain[-1].inp) == _numel(shape):
             root = chain[0].out if chain else shape
             idx = _samples(_numel(root))
-            c, at = _unravel(idx, root), root
-            for step in chain:
-                if step.out != at:
-                    c, at = _regroup(c, at, step.out, idx), step.out
-                if step.fn is None:
-                    c = None
-                    break
-                c, at = step.fn(c), step.inp
+            c, at, _ = _walk(chain, root, idx)
             if c is not None:
                 if at != shape:  # a reshape left out of the chain
                     c = _regroup(c, at, shape, idx)
@@ -159,20 +145,29 @@ def _samples(n: int) -> np.ndarray:
     return np.concatenate([[0, n - 1], rng.integers(0, n, _SAMPLES)]).astype(np.int64)
 
 
-def _fingerprint(chain: tuple) -> tuple:
-    shape = chain[0].out
-    n = _numel(shape)
-    idx = _samples(n)
-    start = idx
-    c = _unravel(idx, shape)
+def _walk(chain: tuple, root: tuple, idx: np.ndarray):
+    """The coordinates the sample points ``idx`` of ``root`` read through ``chain``:
+    (coordinates, their shape, None), or at an indirect step (None, None, (coordinates
+    before it, their shape, its position))."""
+    c, shape = _unravel(idx, root), root
     for k, step in enumerate(chain):
         if step.out != shape:  # a reshape left out of the chain (an identity by flat index)
             c, shape = _regroup(c, shape, step.out, idx), step.out
-        if step.fn is None:  # indirect: what follows is read at data, not at an index
-            return (n, id(step), _ravel(c, shape, idx).tobytes(), tuple(id(s) for s in chain[k + 1:]))
+        if step.fn is None:
+            return None, None, (c, shape, k)
         c, shape = step.fn(c), step.inp
+    return c, shape, None
+
+
+def _fingerprint(chain: tuple) -> tuple:
+    n = _numel(chain[0].out)
+    idx = _samples(n)
+    c, shape, stop = _walk(chain, chain[0].out, idx)
+    if c is None:  # indirect: what follows is read at data, not at an index
+        before, at, k = stop
+        return (n, id(chain[k]), _ravel(before, at, idx).tobytes(), tuple(id(s) for s in chain[k + 1:]))
     flat = _ravel(c, shape, idx)
-    if np.array_equal(flat, start):
+    if np.array_equal(flat, idx):
         return None
     return (n, flat.tobytes())
 
