@@ -53,7 +53,16 @@ def inductor_pool_decisions():
 
     def recording_estimate(*args, **kwargs):
         overall, curve = estimate(*args, **kwargs)
-        graphs.append({"overall": overall, "curve": list(curve), "decisions": []})
+        graphs.append({"overall": overall, "curve": list(curve), "decisions": [],
+                       "nodes": [], "buffers": []})
+        try:  # each scheduler node's kind and buffers, each buffer's bytes and steps
+            nodes = args[0] if args else kwargs["nodes"]
+            graphs[-1]["nodes"] = [(type(n).__name__, n.get_name()) for n in nodes]
+            timeline, _, _ = memory.compute_memory_timeline(*args, **kwargs)
+            graphs[-1]["buffers"] = [(b.buffer.get_name(), type(b.buffer).__name__, b.size_alloc, b.size_free,
+                                      b.start_step, b.end_step) for b in timeline]
+        except Exception:  # another torch's estimate: the buffers are not recorded
+            pass
         return overall, curve
 
     def recording_decide(self, free_line, size):

@@ -20,7 +20,9 @@ class PoolTrace:
     step, the steps), and every hand-over asked for (run id, taker node, root node, step
     freed after, step, taker bytes, live bytes holding it meanwhile would reach, the graph's
     estimated peak, taken), and per graph its estimate's curve before any hand-over (run id,
-    live bytes per step, the nodes fused into each scheduled step)."""
+    live bytes per step, the nodes fused into each scheduled step, the node of each kernel
+    step, and each buffer as (node, element, bytes, (start, end, bytes), input, output,
+    freeable input))."""
     peaks: list = field(default_factory=list)
     decisions: list = field(default_factory=list)
     curves: list = field(default_factory=list)
@@ -166,7 +168,9 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     if POOL_TRACE is not None:
         top = curve.index(overall)
         POOL_TRACE.peaks.append((id(run), overall, run.kernels[top], top, steps))
-        POOL_TRACE.curves.append((id(run), list(curve), [list(group) for group in run.groups]))
+        POOL_TRACE.curves.append((id(run), list(curve), [list(group) for group in run.groups],
+                                  list(run.kernels), [(b.node, b.element, b.nbytes, b.planned, b.input,
+                                                       b.output, b.freeable_input(g.donated)) for b in run.buffers]))
     allocated_at: dict[int, list[int]] = {}
     ending_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):
