@@ -41,14 +41,13 @@ def curves(workload: str, device: str, size: str, budget: int) -> dict:
                   verbose=False, extra_external=library)
     sm, trace = out["sm"], out["trace"]
     inductor = out["inductor_estimates"][-1]
-    _, model_curve, groups, kernels, buffers = trace.curves[-1]
+    _, model_curve, groups, buffers = trace.curves[-1]
     origins = out["real"].step_origins.get("backward", [])
     return {"inductor": {"overall": inductor["overall"], "curve": list(inductor["curve"]),
                          "origins": [list(o) for o in origins], "nodes": inductor.get("nodes", []),
                          "buffers": inductor.get("buffers", []),
                          "buffer_origins": out["real"].origins.get("backward", {})},
             "model": {"curve": list(model_curve), "groups": [[sm.nodes[i].name for i in g] for g in groups],
-                      "kernels": [sm.nodes[i].name for i in kernels],
                       "buffers": [(sm.nodes[n].name, e, nb, list(pl), i, o, fr) for n, e, nb, pl, i, o, fr in buffers]}}
 
 

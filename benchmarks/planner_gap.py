@@ -61,7 +61,7 @@ def inductor_pool_decisions():
             timeline, _, _ = memory.compute_memory_timeline(*args, **kwargs)
             graphs[-1]["buffers"] = [(b.buffer.get_name(), type(b.buffer).__name__, b.size_alloc, b.size_free,
                                       b.start_step, b.end_step) for b in timeline]
-        except Exception:  # another torch's estimate: the buffers are not recorded
+        except AttributeError:  # a torch without compute_memory_timeline: the buffers are not recorded
             pass
         return overall, curve
 

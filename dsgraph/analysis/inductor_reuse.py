@@ -20,8 +20,8 @@ class PoolTrace:
     step, the steps), and every hand-over asked for (run id, taker node, root node, step
     freed after, step, taker bytes, live bytes holding it meanwhile would reach, the graph's
     estimated peak, taken), and per graph its estimate's curve before any hand-over (run id,
-    live bytes per step, the nodes fused into each scheduled step, the node of each kernel
-    step, and each buffer as (node, element, bytes, (start, end, bytes), input, output,
+    live bytes per scheduled step, the nodes fused into each scheduled step, and each buffer
+    as (node, element, bytes, (start, end, bytes) on the schedule's clock, input, output,
     freeable input))."""
     peaks: list = field(default_factory=list)
     decisions: list = field(default_factory=list)
@@ -167,10 +167,12 @@ def reuse_pool(run: InductorRun, g: EmulatedGraph) -> None:
     overall, curve = peak_estimate(run, g.donated)
     if POOL_TRACE is not None:
         top = curve.index(overall)
-        POOL_TRACE.peaks.append((id(run), overall, run.kernels[top], top, steps))
-        POOL_TRACE.curves.append((id(run), list(curve), [list(group) for group in run.groups],
-                                  list(run.kernels), [(b.node, b.element, b.nbytes, b.planned, b.input,
-                                                       b.output, b.freeable_input(g.donated)) for b in run.buffers]))
+        # the curve is on the schedule's clock (buffers' planned steps); its tail past the
+        # schedule holds the last value, so the peak is always a scheduled step
+        POOL_TRACE.peaks.append((id(run), overall, run.schedule[top], top, len(run.schedule)))
+        POOL_TRACE.curves.append((id(run), list(curve[:len(run.schedule)]), [list(group) for group in run.groups],
+                                  [(b.node, b.element, b.nbytes, b.planned, b.input,
+                                    b.output, b.freeable_input(g.donated)) for b in run.buffers]))
     allocated_at: dict[int, list[int]] = {}
     ending_at: dict[int, list[int]] = {}
     for k, b in enumerate(buffers):
