@@ -9,10 +9,17 @@ function of its node here; ``TensorLifetimes``, ``fx_plan``, ``fused_plan`` and
 
     register_workspace(torch.ops.dsgraph.linear_cross_entropy_grads.default, fn)   # fn(node) -> bytes
     workspace_bytes(node)   # 0 for every other op
+
+An op may also have other forms of the same call that trade workspace for speed (the chunked
+loss with fewer, larger chunks: fewer GEMM launches, longer GEMMs, fewer passes over its fp32
+weight-gradient accumulator). Its module registers them (``register_workspace_choices``);
+the checkpoint planner takes the fastest one that keeps its plan's peak
+(``recompute.workspace_fit``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from torch.fx import Node
@@ -33,6 +40,36 @@ def workspace_bytes(node: Node) -> int:
     except TypeError:  # an unhashable callable: not a registered op
         return 0
     return int(fn(node)) if fn is not None else 0
+
+
+@dataclass(frozen=True)
+class WorkspaceChoice:
+    """Another form of an op call: the same outputs (values may round differently: the
+    chunked loss regroups its sums by chunk, as any chunk count does), another workspace."""
+
+    label: str  # "2 chunks of 4096 tokens"
+    rewrite: Callable[[tuple], tuple]  # the call's arguments in this form, from the call's (nodes or fake values)
+    nbytes: int  # its workspace at the node, as the node calls it
+    light_nbytes: int  # its workspace in the node's lighter forward form (``forward_variants``), if any
+
+
+_CHOICES: dict[Any, Callable[[Node], list[WorkspaceChoice]]] = {}
+
+
+def register_workspace_choices(op: Any, fn: Callable[[Node], list[WorkspaceChoice]]) -> None:
+    """``fn(node)``: the other forms of a call of ``op`` at ``node``, fastest first, each with
+    more workspace than the call as it is (none: the call is already the fastest)."""
+    _CHOICES[op] = fn
+
+
+def workspace_choices(node: Node) -> list[WorkspaceChoice]:
+    if node.op != "call_function":
+        return []
+    try:
+        fn = _CHOICES.get(node.target)
+    except TypeError:
+        return []
+    return list(fn(node)) if fn is not None else []
 
 
 # ATen ops whose scratch is known are registered by their own modules, imported here so that

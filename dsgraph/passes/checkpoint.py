@@ -53,18 +53,32 @@ def _rates(raw: str) -> str:
     return raw
 
 
-def _mixes(raw: str) -> bool:
-    if raw not in ("0", "1"):
-        raise ValueError(f"checkpoint{{mixes=...}} must be 0 or 1, got {raw!r}")
-    return raw == "1"
+def _flag(name: str):
+    def parse(raw: str) -> bool:
+        if raw not in ("0", "1"):
+            raise ValueError(f"checkpoint{{{name}=...}} must be 0 or 1, got {raw!r}")
+        return raw == "1"
+    return parse
+
+
+_mixes = _flag("mixes")
+
+
+def _refit(ctx: PassContext) -> bool:
+    """Fewer, larger loss chunks where the plan's peak allows (``recompute.workspace_fit``):
+    not when the user asked for a chunk count (``chunk_loss=N``), nor with ``refit=0``."""
+    chunk_loss = ctx.config.pipeline.get("chunk_loss")
+    asked = chunk_loss is not None and chunk_loss.arg("chunks") is not None
+    return ctx.args.get("refit", True) and not asked
 
 
 SPEC = PassSpec(
     name="checkpoint",
     stages=("joint",),
-    args={"budget": _budget, "rates": _rates, "mixes": _mixes},
+    args={"budget": _budget, "rates": _rates, "mixes": _mixes, "refit": _flag("refit")},
     doc="activation checkpointing under a memory budget in bytes; rates=bandwidth|profile prices recomputation; "
-        "mixes=0 leaves out the recompute-then-cheap candidates",
+        "mixes=0 leaves out the recompute-then-cheap candidates; refit=0 keeps the loss chunks chunk_loss sized "
+        "(by default fewer, larger chunks where the plan's peak allows)",
 )
 
 
@@ -214,7 +228,7 @@ def run(gm, ctx: PassContext) -> PassResult:
                                lowered=lowers_recomputation(ctx.config.pipeline.get("lower_triton"),
                                                             ctx.config.executor),
                                rates_source=ctx.args.get("rates") or "bandwidth",
-                               mixes=ctx.args.get("mixes", True))
+                               mixes=ctx.args.get("mixes", True), refit=_refit(ctx))
     except BudgetError as e:
         loss_choice.after_planning(ctx, None, e)  # the other loss, while the choice is open
         _chunks_for_the_floor(ctx, e)

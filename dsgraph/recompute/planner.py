@@ -15,6 +15,9 @@
    of them at its peak (``_descend``), and that plan made cheaper where its exact peak does
    not rise (``_relax``). The plan is the fastest candidate whose exact peak plus ``margin``
    fits the budget.
+7. Ops with faster forms that need more workspace (the chunked loss with fewer chunks) take
+   the fastest one that keeps the plan's exact peak (``workspace_fit``; ``refit=False``
+   keeps every call as traced).
 
 Monotone: the candidates and their exact peaks do not depend on the budget, and the
 choice is the fastest candidate that fits, so a smaller budget never gets a larger
@@ -39,7 +42,7 @@ from ..analysis.cost_model import PERSISTENT_RNUMEL, CostModel, DeviceRates, rec
 from ..analysis.inductor_ops import EXTERN, REDUCTION
 from ..analysis.inductor_reductions import reduced_elements
 from ..analysis.lifetimes import bytes_of, storage_key, storage_nbytes
-from ..analysis.step_model import FX, INDUCTOR, StepModel
+from ..analysis.step_model import FX, INDUCTOR, StepModel, StepPeak
 from ..errors import BudgetError
 from ..units import format_bytes
 from .bounds import LowerBound, lower_bound
@@ -51,6 +54,7 @@ from .options import POLICIES, Intervals, Option, is_expensive
 from .partition import closure, partition, saved_names
 from .solver import Point, pareto_dp
 from .workers import Workers, default_workers
+from .workspace_fit import Refit, apply_refits, fit_workspaces
 
 MAX_SPAN = 3  # longest run of segments one option covers (terms measured per length)
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
@@ -106,6 +110,7 @@ class CheckpointPlan:
     # compile's margin) can only give a plan of this peak again
     smallest: bool = False
     inductor_peak: int | None = None  # the step's peak by Inductor's plans, once compiled
+    refits: list[Refit] = field(default_factory=list)  # calls run in a faster form within the peak
     forward: GraphModule | None = field(default=None, repr=False)
     backward: GraphModule | None = field(default=None, repr=False)
 
@@ -127,6 +132,7 @@ class CheckpointPlan:
             "solver_ms": round(self.solver_seconds * 1e3, 1), "evaluations": self.evaluations,
             "analysis_s": round(self.analysis_seconds, 3), "margin": self.margin,
             "margin_capped": self.margin_capped, "smallest": self.smallest, "inductor_peak": self.inductor_peak,
+            "refits": "; ".join(r.describe() for r in self.refits),
         }
 
     def text(self) -> str:
@@ -147,6 +153,9 @@ class CheckpointPlan:
         for r in self.regions:
             names = ", ".join(r.nodes[:12]) + (f", ... ({len(r.nodes)} nodes)" if len(r.nodes) > 12 else "")
             lines.append(f"| {r.segment} | {r.policy} | {names} | {r.flops} | {r.seconds * 1e3:.4f} |")
+        if self.refits:
+            lines += ["", "## calls in a faster form within the plan's peak", ""]
+            lines += [f"- {r.describe()}" for r in self.refits]
         lines += ["", "## candidates (exact peak B, recomputation ms)", ""]
         lines += [f"- {name}: {peak} B, {sec * 1e3:.4f} ms" for name, peak, sec in self.candidates]
         return "\n".join(lines) + "\n"
@@ -181,7 +190,7 @@ def plan_checkpoint(
     extra_external: int = 0, resolution: int | None = None, margin: int = 0, executor: str = INDUCTOR,
     rates: DeviceRates | None = None, lowered: bool = False, rates_source: str = "bandwidth",
     mixes: bool = True, pooled: frozenset[str] = frozenset(), handled: frozenset[str] = frozenset(),
-    workers: int | None = None,
+    workers: int | None = None, refit: bool = True,
 ) -> CheckpointPlan:
     """``extra_external``: bytes alive through the step besides the graph's primals (the
     gradient pool). ``margin``: bytes to plan below the budget (a second compile, after
@@ -196,7 +205,9 @@ def plan_checkpoint(
     the gradient outputs the gradient pool takes, ``handled``: the primals the backward
     receives a handle on (both ``StepModel``). ``workers``: processes evaluating a search
     phase's plans side by side (``recompute.workers``; default ``default_workers()``, 1:
-    all in this process); the plan is the same whatever the count."""
+    all in this process); the plan is the same whatever the count. ``refit``: ops with a
+    faster form that needs more workspace take it where the plan's peak allows
+    (``workspace_fit``)."""
     if executor not in (INDUCTOR, FX):
         raise ValueError(f"executor must be 'inductor' or 'fx', not {executor!r}")
     if workers is None:
@@ -205,7 +216,7 @@ def plan_checkpoint(
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     with _gc_paused(), contextlib.ExitStack() as stack:
         return _plan(gm, joint_inputs, partition_kwargs, budget, extra_external, resolution, margin, executor, rates,
-                     lowered, rates_source, mixes, pooled, handled, workers, stack)
+                     lowered, rates_source, mixes, pooled, handled, workers, refit, stack)
 
 
 @contextlib.contextmanager
@@ -226,7 +237,7 @@ def _gc_paused():
 def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dict, budget: int, extra_external: int,
           resolution: int | None, margin: int, executor: str, rates: DeviceRates | None,
           lowered: bool, rates_source: str, mixes: bool,
-          pooled: frozenset[str], handled: frozenset[str], workers: int,
+          pooled: frozenset[str], handled: frozenset[str], workers: int, refit: bool,
           stack: contextlib.ExitStack) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
@@ -234,19 +245,19 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     model = StepModel(gm, partition_kwargs["num_fwd_outputs"], static, external=external_bytes(joint) + extra_external,
                       pooled=pooled, handled=handled)
     by_name = {n.name: n for n in gm.graph.nodes}
-    stock_peaks: list[int] = []
+    stock_peaks: list[StepPeak] = []
 
     def stock_meets_budget(names: list[str]) -> bool:
         stock_ids = [model.index[by_name[name]] for name in set(names) if name in by_name]
-        stock_peaks.append(model.evaluate(stock_ids, executor, sink=False).peak)
-        return stock_peaks[0] + margin <= budget
+        stock_peaks.append(model.evaluate(stock_ids, executor, sink=False))
+        return stock_peaks[0].peak + margin <= budget
 
     # Inductor's min-cut, run once: what it saves decides the stock peak, and its forward
     # and backward graphs are built only if the stock partition is the plan
     names, stock_graphs = compat.min_cut_partition_if(gm, joint_inputs, stock_meets_budget, **partition_kwargs)
     stock_names = set(names)
     stock = {n for n in joint.forward if n.name in stock_names}
-    stock_peak = stock_peaks[0]
+    stock_peak = stock_peaks[0].peak
     if rates is None:
         rates = recompute_rates(model.device_type, lowered, rates_source)
     costs = CostModel(gm, rates, looped=looped_reductions(joint, model))
@@ -254,6 +265,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     fused = executor == INDUCTOR
     if stock_graphs is not None:
         stock_fw, stock_bw = stock_graphs
+        # Inductor's partition keeps the joint graph's names
+        refits = apply_refits(fit_workspaces(model, stock_peaks[0], stock_peak), [stock_fw, stock_bw]) if refit else []
         # as the step model priced it: an op the min-cut recomputes runs its lighter form
         lighten_forward(stock_fw)
         recomputed = [n for n in stock_bw.graph.nodes if n.op == "call_function" and n.name in by_name
@@ -264,7 +277,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
             saved=_saved_tensors(joint, [by_name[n] for n in saved_names(stock_bw) if n in by_name], set()),
             regions=[], candidates=[("stock", stock_peak, 0.0)], segments=0, solver_seconds=0.0,
             analysis_seconds=time.perf_counter() - start, evaluations=1, executor=executor,
-            extra_external=extra_external, margin=margin, forward=stock_fw, backward=stock_bw)
+            extra_external=extra_external, margin=margin, forward=stock_fw, backward=stock_bw, refits=refits)
         return plan
 
     cuts = candidate_cuts(joint)
@@ -332,6 +345,9 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
         # the margin of a second compile leaves no plan, but the smallest plan meets the
         # budget by the prediction: take it, with the margin cut to what it leaves
         chosen, capped, margin = smallest, True, budget - smallest.peak
+    # the partition copies the joint graph's calls, as rewritten here
+    refits = apply_refits(fit_workspaces(model, evaluator.cache[frozenset(chosen.saved)], chosen.peak), [gm]) \
+        if refit else []
     fw, bw = partition(joint, chosen.saved, static)
     regions = []
     for option in chosen.plan:
@@ -347,7 +363,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
         solver_seconds=solver_seconds, analysis_seconds=time.perf_counter() - start,
         evaluations=evaluator.evaluations + 1, executor=executor, lower_bound=bound,
         model_peak=model_peaks.get(id(chosen), 0), extra_external=extra_external, margin=margin,
-        margin_capped=capped, smallest=chosen.peak <= min(c.peak for c in candidates), forward=fw, backward=bw)
+        margin_capped=capped, smallest=chosen.peak <= min(c.peak for c in candidates), forward=fw, backward=bw,
+        refits=refits)
 
 
 def _seconds(costs: CostModel, nodes: list[Node], held: set[Node], fused: bool) -> float:

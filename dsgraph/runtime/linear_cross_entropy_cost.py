@@ -5,11 +5,13 @@ memory analysis). Kept in step with the chunk loop of ``linear_cross_entropy._ru
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..analysis.cost_model import register_flop_dtype
 from ..analysis.forward_variants import ForwardVariant, register_forward_variant
-from ..analysis.workspace import register_workspace
+from ..analysis.workspace import WorkspaceChoice, register_workspace, register_workspace_choices
 from . import linear_cross_entropy as lce
 
 
@@ -132,9 +134,10 @@ def workspace_bytes(n_tokens: int, dim: int, vocab: int, *, x_dtype: torch.dtype
     return max(first - outputs, loop, *end, 0)
 
 
-def _node_workspace(node, as_loss: bool = False) -> int:
+def _node_workspace(node, as_loss: bool = False, chunk_tokens: int | None = None) -> int:
     """Workspace of a node calling one of the two ops, from its arguments' fake tensors
-    (``as_loss``: of the loss-only op called with the same arguments)."""
+    (``as_loss``: of the loss-only op called with the same arguments; ``chunk_tokens``: with
+    chunks of that many tokens instead of the node's)."""
     from ..compat import size_hint
 
     args = list(node.args)
@@ -146,7 +149,8 @@ def _node_workspace(node, as_loss: bool = False) -> int:
     n_tokens, dim = (size_hint(s) for s in x.shape)
     return workspace_bytes(
         n_tokens, dim, size_hint(w.shape[0]), x_dtype=x.dtype, w_dtype=w.dtype, mm_dtype=args[7],
-        loss_dtype=args[8], has_bias=b is not None, chunk_tokens=int(args[9]), grads=grads,
+        loss_dtype=args[8], has_bias=b is not None,
+        chunk_tokens=int(args[9]) if chunk_tokens is None else chunk_tokens, grads=grads,
         triton=lce.use_triton(x.device), fp32_gemm=lce.fp32_out_gemm(x.device.type),
         b_dtype=b.dtype if isinstance(b, torch.Tensor) else None, want_x=wants[0], want_w=wants[1],
         want_b=wants[2], reduction=args[5])
@@ -177,3 +181,37 @@ register_flop_dtype(lce.LOSS_OP, _node_mm_dtype)
 register_flop_dtype(lce.GRADS_OP, _node_mm_dtype)
 register_workspace(lce.LOSS_OP, _node_workspace)
 register_workspace(lce.GRADS_OP, _node_workspace)
+
+
+def _with_chunk_tokens(tokens: int):
+    def rewrite(args: tuple) -> tuple:
+        return tuple(args[:9]) + (tokens,) + tuple(args[10:])
+    return rewrite
+
+
+def _fewer_chunks(node) -> list[WorkspaceChoice]:
+    """The same call with fewer, larger chunks, fewest first: one chunk's GEMMs are longer and
+    launched fewer times, and each chunk reads and writes the fp32 weight-gradient
+    accumulator once (GPT-2's head: 154 MB each way per chunk). Balanced as ``chunk_loss``
+    balances them. The FLOPs are the same; the workspace grows with the chunk."""
+    from ..compat import size_hint
+
+    x = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else node.args[0]
+    if not isinstance(x, torch.Tensor):
+        return []
+    n, current = max(size_hint(x.shape[0]), 1), int(node.args[9])
+    out = []
+    for count in range(1, math.ceil(n / current)):
+        tokens = math.ceil(n / count)
+        if tokens <= current or (out and tokens == out[-1][1]):
+            continue
+        out.append((count, tokens))
+    light = node.target is lce.GRADS_OP
+    return [WorkspaceChoice(f"{math.ceil(n / t)} chunk{'s' if t < n else ''} of {t} tokens", _with_chunk_tokens(t),
+                            _node_workspace(node, chunk_tokens=t),
+                            _node_workspace(node, as_loss=True, chunk_tokens=t) if light else 0)
+            for _, t in out]
+
+
+register_workspace_choices(lce.LOSS_OP, _fewer_chunks)
+register_workspace_choices(lce.GRADS_OP, _fewer_chunks)

@@ -54,6 +54,7 @@ BAD_ARGS = {
     ("checkpoint", "budget"): "checkpoint{budget=-1GiB}",
     ("checkpoint", "rates"): "checkpoint{rates=fast}",
     ("checkpoint", "mixes"): "checkpoint{mixes=yes}",
+    ("checkpoint", "refit"): "checkpoint{refit=true}",
     ("chunk_loss", "chunks"): "chunk_loss{chunks=0}",
     ("chunk_loss", "budget"): "chunk_loss{budget=0.5}",
     ("chunk_loss", "choose"): "chunk_loss{choose=sometimes},lifetimes,checkpoint{budget=1GiB}",

@@ -1,0 +1,155 @@
+"""The chunked loss's chunk count refitted to the plan's peak (``recompute.workspace_fit``):
+the peak it predicts from the plan's live curve is the step model's peak of the rewritten
+graph, to the byte; it takes the fewest chunks that fit, and none when nothing fits; and
+through torch.compile the forward runs the refitted call, the gradients within the fp32
+rule of eager, the predicted peak the same as without the refit, and a chunk count the
+user asked for is kept."""
+
+import pytest
+import torch
+
+import dsgraph
+from dsgraph.analysis.step_model import StepModel
+from dsgraph.analysis.workspace import workspace_bytes, workspace_choices
+from dsgraph.models import GPT, GPTConfig, gpt_inputs
+from dsgraph.recompute import truth
+from dsgraph.recompute.workspace_fit import apply_refits, fit_workspaces
+from dsgraph.report.capture import capture
+from dsgraph.runtime.linear_cross_entropy import GRADS_OP, linear_cross_entropy
+from dsgraph.testing import check_training_step
+
+FX = {"inductor": False, "fallback": "error"}
+
+
+class ChunkedHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(24, 24)
+        self.head = torch.nn.Linear(24, 301)
+
+    def forward(self, x, t):
+        h = torch.tanh(self.proj(x))
+        return linear_cross_entropy(h, self.head.weight, self.head.bias, t, chunk_tokens=10)
+
+
+def _capture():
+    torch.manual_seed(0)
+    j = truth.capture_joint(ChunkedHead(), (torch.randn(70, 24), torch.randint(0, 301, (70,))))
+    static = j.kwargs.get("static_lifetime_input_indices") or []
+    return j, static
+
+
+def _stock_peak(j, static, executor):
+    model = StepModel(j.gm, j.kwargs["num_fwd_outputs"], static)
+    by_name = {n.name: n for n in j.gm.graph.nodes}
+    return model, model.evaluate([model.index[by_name[n]] for n in j.stock_saved], executor, sink=False)
+
+
+def _op(gm):
+    (node,) = [n for n in gm.graph.nodes if n.target is GRADS_OP]
+    return node
+
+
+@pytest.mark.parametrize("executor", ["fx", "inductor"])
+def test_the_refitted_peak_is_the_step_models_peak_of_the_rewritten_graph(executor):
+    j, static = _capture()
+    model, peak = _stock_peak(j, static, executor)
+    node = _op(j.gm)
+    choices = workspace_choices(node)
+    # 7 chunks of 10 tokens: 1 to 6 chunks are the other forms, fewest first, each larger
+    assert [c.label for c in choices] == ["1 chunk of 70 tokens"] + [f"{k} chunks of {-(-70 // k)} tokens" for k in (2, 3, 4, 5, 6)]
+    assert all(a.nbytes > b.nbytes for a, b in zip(choices, choices[1:]))
+    assert choices[-1].nbytes > workspace_bytes(node)
+    (k,) = [k for k, (_, i) in enumerate(peak.steps) if i == model.index[node]]
+    others = max(v for s, v in enumerate(peak.live) if s != k)
+    for choice in choices:
+        at_op = peak.live[k] - workspace_bytes(node) + choice.nbytes
+        target = max(others, at_op)  # exactly what this form needs
+        (refit,) = fit_workspaces(model, peak, target)
+        # the fewest chunks that fit: every form before the one taken needs more
+        taken = [c.label for c in choices].index(refit.choice.label)
+        assert all(peak.live[k] - workspace_bytes(node) + c.nbytes > target for c in choices[:taken])
+        assert taken <= choices.index(choice)  # this form fits, so one at least as fast is taken
+        rewritten = truth.JointCapture(j.gm, j.joint_inputs, j.kwargs, j.stock_saved)
+        gm = torch.fx.GraphModule(j.gm, j.gm.graph)  # a copy of the module over its own graph copy
+        gm.graph = j.gm.graph.__deepcopy__()
+        gm.recompile()
+        assert len(apply_refits([refit], [gm])) == 1
+        assert _op(gm).args[9] == int(refit.choice.label.split()[-2])
+        rewritten.gm = gm
+        _, again = _stock_peak(rewritten, static, executor)
+        assert again.peak == max(others, peak.live[k] - workspace_bytes(node) + refit.choice.nbytes) <= target
+
+
+def test_no_form_is_taken_where_none_keeps_the_peak():
+    j, static = _capture()
+    model, peak = _stock_peak(j, static, "fx")
+    node = _op(j.gm)
+    (k,) = [k for k, (_, i) in enumerate(peak.steps) if i == model.index[node]]
+    # every other form needs more than the call as it is: below that, none fits
+    assert fit_workspaces(model, peak, peak.live[k]) == []
+
+
+# a GPT and a batch whose plan at half the stock peak peaks in the backward, with room at
+# the loss op's step for fewer chunks than the budget's share gives (found per executor: on
+# others the plan peaks at the op, and no form is taken)
+SHAPES = {"fx": (dict(vocab=2048, seq=128, layers=4, heads=4, dim=128), 8),
+          "inductor": (dict(vocab=509, seq=32, layers=6, heads=2, dim=64), 8)}
+
+
+def _tiny_gpt(executor="fx"):
+    torch.manual_seed(0)
+    shape, batch = SHAPES[executor]
+    cfg = GPTConfig(**shape)
+    return GPT(cfg), cfg, batch
+
+
+def _joint_memory():
+    return [r for r in dsgraph.reports() if r.kind == "joint"][-1].memory
+
+
+@pytest.mark.parametrize("executor", ["fx", pytest.param("inductor", marks=pytest.mark.e2e)])
+def test_through_compile_the_forward_runs_fewer_chunks_at_the_same_predicted_peak(executor):
+    """Through CPU Inductor the post-compile check also holds Inductor's own plans of the
+    refitted graphs (with the op's workspace) against the budget: check_training_step fails
+    on its warning."""
+    model, cfg, batch = _tiny_gpt(executor)
+    inputs = gpt_inputs(cfg, batch=batch, seed=3)
+    options = FX if executor == "fx" else {"fallback": "error"}
+    check_training_step(model, inputs, {**options, "memory_budget": "1TiB", "chunk_loss": False})
+    # half the stock peak: the plan peaks in the backward, where the loss op is long done
+    budget = int(_joint_memory()["checkpoint_stock_peak"] * 0.5)
+    results = {}
+    for refit in ("0", "1"):
+        dsgraph.clear_reports()
+        pipeline = f"chunk_loss,lifetimes,checkpoint{{budget={budget},refit={refit}}}"
+        with capture() as captured:
+            check_training_step(model, inputs, {**options, "pipeline": pipeline})
+        (pre,) = [p for r in dsgraph.reports() if r.kind == "pre_grad" for p in r.passes if p.name == "chunk_loss"]
+        (compiled,) = [c for c in captured.compiles if "backward" in c.stages]
+        calls = [n for stage in ("forward", "backward") for n in compiled.stages[stage].after.graph.nodes
+                 if n.op == "call_function" and "linear_cross_entropy" in str(n.target)]
+        assert calls, "the chunked loss runs in the compiled step"
+        results[refit] = (pre.stats, _joint_memory(), {n.args[9] for n in calls})
+    (sized, off, tokens_off), (_, on, tokens_on) = results["0"], results["1"]
+    assert int(sized["chunks"]) > 1, "the budget sizes the chunks"
+    assert tokens_off == {int(sized["chunk_tokens"])}
+    assert off["checkpoint_refits"] == ""
+    assert on["checkpoint_refits"].startswith("linear_cross_entropy_grads: ")
+    fewer, _, _, tokens = on["checkpoint_refits"].split(": ")[1].split()[:4]  # "N chunk(s) of T tokens"
+    assert int(fewer) < int(sized["chunks"]) and tokens_on == {int(tokens)}
+    # the same plan and predicted peak; the compiled step's FX plan within the budget
+    assert on["checkpoint_predicted_peak"] == off["checkpoint_predicted_peak"] <= budget
+    assert on["checkpoint_saved_bytes"] == off["checkpoint_saved_bytes"]
+    if executor == "inductor":
+        assert on["checkpoint_inductor_peak"] <= budget
+
+
+def test_a_chunk_count_the_user_asked_for_is_kept():
+    model, cfg, batch = _tiny_gpt()
+    inputs = gpt_inputs(cfg, batch=batch, seed=3)
+    check_training_step(model, inputs, {**FX, "memory_budget": "1TiB", "chunk_loss": False})
+    budget = int(_joint_memory()["checkpoint_stock_peak"] * 0.5)
+    dsgraph.clear_reports()
+    check_training_step(model, inputs, {**FX, "memory_budget": budget, "chunk_loss": 6})
+    assert _joint_memory()["checkpoint_refits"] == ""
