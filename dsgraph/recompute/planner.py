@@ -16,8 +16,8 @@
    not rise (``_relax``). The plan is the fastest candidate whose exact peak plus ``margin``
    fits the budget.
 7. Ops with faster forms that need more workspace (the chunked loss with fewer chunks) take
-   the fastest one that keeps the plan's exact peak (``workspace_fit``; ``refit=False``
-   keeps every call as traced).
+   the fastest one whose exact peak stays within the budget less a slack
+   (``workspace_fit``; ``refit=False`` keeps every call as traced).
 
 Monotone: the candidates and their exact peaks do not depend on the budget, and the
 choice is the fastest candidate that fits, so a smaller budget never gets a larger
@@ -54,7 +54,7 @@ from .options import POLICIES, Intervals, Option, is_expensive
 from .partition import closure, partition, saved_names
 from .solver import Point, pareto_dp
 from .workers import Workers, default_workers
-from .workspace_fit import Refit, apply_refits, fit_workspaces
+from .workspace_fit import Refit, apply_refits, fit_workspaces, refit_target
 
 MAX_SPAN = 3  # longest run of segments one option covers (terms measured per length)
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
@@ -265,14 +265,15 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     fused = executor == INDUCTOR
     if stock_graphs is not None:
         stock_fw, stock_bw = stock_graphs
-        # Inductor's partition keeps the joint graph's names
-        refits = apply_refits(fit_workspaces(model, stock_peaks[0], stock_peak), [stock_fw, stock_bw]) if refit else []
+        refits, refit_peak = (fit_workspaces(model, stock_peaks[0], refit_target(stock_peak, budget, margin))
+                              if refit else ([], stock_peak))
+        apply_refits(refits, [stock_fw, stock_bw])  # Inductor's partition keeps the joint graph's names
         # as the step model priced it: an op the min-cut recomputes runs its lighter form
         lighten_forward(stock_fw)
         recomputed = [n for n in stock_bw.graph.nodes if n.op == "call_function" and n.name in by_name
                       and by_name[n.name] in joint.position]
         plan = CheckpointPlan(
-            budget=budget, predicted_peak=stock_peak + margin, stock_peak=stock_peak,
+            budget=budget, predicted_peak=refit_peak + margin, stock_peak=stock_peak,
             recompute_seconds=_seconds(costs, [by_name[n.name] for n in recomputed], held, fused),
             saved=_saved_tensors(joint, [by_name[n] for n in saved_names(stock_bw) if n in by_name], set()),
             regions=[], candidates=[("stock", stock_peak, 0.0)], segments=0, solver_seconds=0.0,
@@ -345,9 +346,9 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
         # the margin of a second compile leaves no plan, but the smallest plan meets the
         # budget by the prediction: take it, with the margin cut to what it leaves
         chosen, capped, margin = smallest, True, budget - smallest.peak
-    # the partition copies the joint graph's calls, as rewritten here
-    refits = apply_refits(fit_workspaces(model, evaluator.cache[frozenset(chosen.saved)], chosen.peak), [gm]) \
-        if refit else []
+    refits, refit_peak = (fit_workspaces(model, evaluator.cache[frozenset(chosen.saved)],
+                                         refit_target(chosen.peak, budget, margin)) if refit else ([], chosen.peak))
+    apply_refits(refits, [gm])  # the partition copies the joint graph's calls, as rewritten here
     fw, bw = partition(joint, chosen.saved, static)
     regions = []
     for option in chosen.plan:
@@ -357,13 +358,14 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
                                   option.seconds))
     cut_nodes = {n for option in chosen.plan for n in intervals.cuts[option.start].crossing}
     return CheckpointPlan(
-        budget=budget, predicted_peak=chosen.peak + margin, stock_peak=stock_peak, recompute_seconds=chosen.seconds,
+        budget=budget, predicted_peak=refit_peak + margin, stock_peak=stock_peak, recompute_seconds=chosen.seconds,
         saved=_saved_tensors(joint, chosen.saved, cut_nodes), regions=regions,
         candidates=[(c.name, c.peak, c.seconds) for c in candidates], segments=intervals.segments,
         solver_seconds=solver_seconds, analysis_seconds=time.perf_counter() - start,
         evaluations=evaluator.evaluations + 1, executor=executor, lower_bound=bound,
         model_peak=model_peaks.get(id(chosen), 0), extra_external=extra_external, margin=margin,
-        margin_capped=capped, smallest=chosen.peak <= min(c.peak for c in candidates), forward=fw, backward=bw,
+        # a refit that raised the peak is undone by planning again below the budget
+        margin_capped=capped, smallest=refit_peak <= min(c.peak for c in candidates), forward=fw, backward=bw,
         refits=refits)
 
 

@@ -29,3 +29,15 @@ def test_capacity_part_probes_batches_in_fresh_processes(tmp_path):
     assert all(p["trains"] and p["tokens_per_s"] > 0 for p in cap["probes"]), cap["probes"]
     assert cap["largest_batch"] == 3 and cap["probes"][0]["chunk_loss"]["chunk_loss_sites"] == 1
     assert "| dsgraph | 3 |" in chunk_loss.capacity_table([cap])
+
+
+def test_chunk_count_times_the_op_at_each_count_with_its_workspace(tmp_path):
+    from benchmarks import chunk_count
+
+    out = tmp_path / "counts.json"
+    chunk_count.main(["--device", "cpu", "--shapes", "40x8", "--vocab", "53", "--counts", "1,3", "--reps", "2",
+                      "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["chunks"], r["chunk_tokens"]) for r in rows] == [(1, 40), (3, 14)]
+    assert all(r["ms"] > 0 and len(r["ms_all"]) == 2 for r in rows)
+    assert rows[0]["workspace_bytes"] > rows[1]["workspace_bytes"] > 0  # one large chunk holds more

@@ -1,9 +1,9 @@
-"""The chunked loss's chunk count refitted to the plan's peak (``recompute.workspace_fit``):
-the peak it predicts from the plan's live curve is the step model's peak of the rewritten
-graph, to the byte; it takes the fewest chunks that fit, and none when nothing fits; and
-through torch.compile the forward runs the refitted call, the gradients within the fp32
-rule of eager, the predicted peak the same as without the refit, and a chunk count the
-user asked for is kept."""
+"""The chunked loss's chunk count refitted to the plan (``recompute.workspace_fit``): the
+peak it predicts from the plan's live curve is the step model's peak of the rewritten graph,
+to the byte; it takes the fewest chunks that fit, and none when nothing fits; and through
+torch.compile the forward runs the refitted call, the gradients within the fp32 rule of
+eager, the same plan, its predicted peak within the budget less the slack, and a chunk
+count the user asked for is kept."""
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ from dsgraph.analysis.step_model import StepModel
 from dsgraph.analysis.workspace import workspace_bytes, workspace_choices
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
 from dsgraph.recompute import truth
-from dsgraph.recompute.workspace_fit import apply_refits, fit_workspaces
+from dsgraph.recompute.workspace_fit import REFIT_SLACK, apply_refits, fit_workspaces
 from dsgraph.report.capture import capture
 from dsgraph.runtime.linear_cross_entropy import GRADS_OP, linear_cross_entropy
 from dsgraph.testing import check_training_step
@@ -65,7 +65,7 @@ def test_the_refitted_peak_is_the_step_models_peak_of_the_rewritten_graph(execut
     for choice in choices:
         at_op = peak.live[k] - workspace_bytes(node) + choice.nbytes
         target = max(others, at_op)  # exactly what this form needs
-        (refit,) = fit_workspaces(model, peak, target)
+        (refit,), refit_peak = fit_workspaces(model, peak, target)
         # the fewest chunks that fit: every form before the one taken needs more
         taken = [c.label for c in choices].index(refit.choice.label)
         assert all(peak.live[k] - workspace_bytes(node) + c.nbytes > target for c in choices[:taken])
@@ -78,7 +78,8 @@ def test_the_refitted_peak_is_the_step_models_peak_of_the_rewritten_graph(execut
         assert _op(gm).args[9] == int(refit.choice.label.split()[-2])
         rewritten.gm = gm
         _, again = _stock_peak(rewritten, static, executor)
-        assert again.peak == max(others, peak.live[k] - workspace_bytes(node) + refit.choice.nbytes) <= target
+        assert again.peak == refit_peak == max(others, peak.live[k] - workspace_bytes(node) + refit.choice.nbytes)
+        assert refit_peak <= target
 
 
 def test_no_form_is_taken_where_none_keeps_the_peak():
@@ -87,7 +88,7 @@ def test_no_form_is_taken_where_none_keeps_the_peak():
     node = _op(j.gm)
     (k,) = [k for k, (_, i) in enumerate(peak.steps) if i == model.index[node]]
     # every other form needs more than the call as it is: below that, none fits
-    assert fit_workspaces(model, peak, peak.live[k]) == []
+    assert fit_workspaces(model, peak, peak.live[k]) == ([], peak.peak)
 
 
 # a GPT and a batch whose plan at half the stock peak peaks in the backward, with room at
@@ -138,9 +139,11 @@ def test_through_compile_the_forward_runs_fewer_chunks_at_the_same_predicted_pea
     assert on["checkpoint_refits"].startswith("linear_cross_entropy_grads: ")
     fewer, _, _, tokens = on["checkpoint_refits"].split(": ")[1].split()[:4]  # "N chunk(s) of T tokens"
     assert int(fewer) < int(sized["chunks"]) and tokens_on == {int(tokens)}
-    # the same plan and predicted peak; the compiled step's FX plan within the budget
-    assert on["checkpoint_predicted_peak"] == off["checkpoint_predicted_peak"] <= budget
+    # the same plan; its predicted peak higher by the larger chunks, within the budget less
+    # the slack; the compiled step's plan within the budget
     assert on["checkpoint_saved_bytes"] == off["checkpoint_saved_bytes"]
+    assert off["checkpoint_predicted_peak"] <= on["checkpoint_predicted_peak"]
+    assert on["checkpoint_predicted_peak"] <= max(off["checkpoint_predicted_peak"], budget * (1 - REFIT_SLACK))
     if executor == "inductor":
         assert on["checkpoint_inductor_peak"] <= budget
 
