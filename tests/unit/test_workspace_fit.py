@@ -110,7 +110,7 @@ def _joint_memory():
 
 
 @pytest.mark.parametrize("executor", ["fx", pytest.param("inductor", marks=pytest.mark.e2e)])
-def test_through_compile_the_forward_runs_fewer_chunks_at_the_same_predicted_peak(executor):
+def test_through_compile_the_forward_runs_fewer_chunks_within_the_budget(executor, tmp_path):
     """Through CPU Inductor the post-compile check also holds Inductor's own plans of the
     refitted graphs (with the op's workspace) against the budget: check_training_step fails
     on its warning."""
@@ -124,8 +124,9 @@ def test_through_compile_the_forward_runs_fewer_chunks_at_the_same_predicted_pea
     for refit in ("0", "1"):
         dsgraph.clear_reports()
         pipeline = f"chunk_loss,lifetimes,checkpoint{{budget={budget},refit={refit}}}"
+        dump = tmp_path / f"refit{refit}"
         with capture() as captured:
-            check_training_step(model, inputs, {**options, "pipeline": pipeline})
+            check_training_step(model, inputs, {**options, "pipeline": pipeline, "dump_dir": str(dump)})
         (pre,) = [p for r in dsgraph.reports() if r.kind == "pre_grad" for p in r.passes if p.name == "chunk_loss"]
         (compiled,) = [c for c in captured.compiles if "backward" in c.stages]
         calls = [n for stage in ("forward", "backward") for n in compiled.stages[stage].after.graph.nodes
@@ -146,6 +147,11 @@ def test_through_compile_the_forward_runs_fewer_chunks_at_the_same_predicted_pea
     assert on["checkpoint_predicted_peak"] <= max(off["checkpoint_predicted_peak"], budget * (1 - REFIT_SLACK))
     if executor == "inductor":
         assert on["checkpoint_inductor_peak"] <= budget
+    # the dump says what was refitted
+    texts = {refit: "".join(p.read_text() for p in (tmp_path / f"refit{refit}").glob("*_joint/checkpoint.md"))
+             for refit in ("0", "1")}
+    assert "## calls in a faster form" not in texts["0"] and "# checkpoint plan" in texts["0"]
+    assert f"- {on['checkpoint_refits']}" in texts["1"]
 
 
 def test_a_chunk_count_the_user_asked_for_is_kept():
