@@ -4,6 +4,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dsgraph.runtime.linear_cross_entropy import linear_cross_entropy
+
 
 class MLP(nn.Module):
     def __init__(self, d_in=13, hidden=37, d_out=7, dropout=0.0):
@@ -98,3 +100,18 @@ class ResNet18(nn.Module):
     def forward(self, x, y):
         x = self.blocks(F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1))
         return F.cross_entropy(self.fc(x.mean((2, 3))), y)
+
+
+class ChunkedHead(nn.Module):
+    """A projection, then dsgraph's chunked linear + cross-entropy op called directly (its
+    joint graph holds the op with a workspace, without the chunk_loss pass)."""
+
+    def __init__(self, chunk_tokens=16):
+        super().__init__()
+        self.proj = nn.Linear(24, 24)
+        self.head = nn.Linear(24, 301)
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, x, t):
+        h = torch.tanh(self.proj(x))
+        return linear_cross_entropy(h, self.head.weight, self.head.bias, t, chunk_tokens=self.chunk_tokens)

@@ -4,22 +4,11 @@ predicted the chunked loss's step below what the check then measured."""
 
 import pytest
 import torch
+from models import ChunkedHead
 
 from dsgraph.analysis.step_model import StepModel
 from dsgraph.analysis.workspace import workspace_bytes
 from dsgraph.recompute import truth
-from dsgraph.runtime.linear_cross_entropy import linear_cross_entropy
-
-
-class ChunkedHead(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = torch.nn.Linear(24, 24)
-        self.head = torch.nn.Linear(24, 301)
-
-    def forward(self, x, t):
-        h = torch.tanh(self.proj(x))
-        return linear_cross_entropy(h, self.head.weight, self.head.bias, t, chunk_tokens=16)
 
 
 @pytest.mark.parametrize("executor", ["fx", "inductor"])

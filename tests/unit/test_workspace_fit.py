@@ -7,6 +7,7 @@ count the user asked for is kept."""
 
 import pytest
 import torch
+from models import ChunkedHead
 
 import dsgraph
 from dsgraph.analysis.step_model import StepModel
@@ -15,26 +16,15 @@ from dsgraph.models import GPT, GPTConfig, gpt_inputs
 from dsgraph.recompute import truth
 from dsgraph.recompute.workspace_fit import REFIT_SLACK, apply_refits, fit_workspaces
 from dsgraph.report.capture import capture
-from dsgraph.runtime.linear_cross_entropy import GRADS_OP, linear_cross_entropy
+from dsgraph.runtime.linear_cross_entropy import GRADS_OP
 from dsgraph.testing import check_training_step
 
 FX = {"inductor": False, "fallback": "error"}
 
 
-class ChunkedHead(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = torch.nn.Linear(24, 24)
-        self.head = torch.nn.Linear(24, 301)
-
-    def forward(self, x, t):
-        h = torch.tanh(self.proj(x))
-        return linear_cross_entropy(h, self.head.weight, self.head.bias, t, chunk_tokens=10)
-
-
 def _capture():
     torch.manual_seed(0)
-    j = truth.capture_joint(ChunkedHead(), (torch.randn(70, 24), torch.randint(0, 301, (70,))))
+    j = truth.capture_joint(ChunkedHead(chunk_tokens=10), (torch.randn(70, 24), torch.randint(0, 301, (70,))))
     static = j.kwargs.get("static_lifetime_input_indices") or []
     return j, static
 
