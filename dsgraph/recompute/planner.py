@@ -10,10 +10,10 @@
 5. ``pareto_dp``: the frontier (model peak, recomputation time) over all plans.
 6. Candidates, fixed before the budget is looked at: every uniform plan evaluated in 4,
    a uniform ``cheap`` plan with its first r intervals recomputed for every r
-   (``_prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
+   (``search.prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
    frontier (the smallest ones always), each evaluated exactly; a descent from the smallest
-   of them at its peak (``_descend``), and that plan made cheaper where its exact peak does
-   not rise (``_relax``). The plan is the fastest candidate whose exact peak plus ``margin``
+   of them at its peak (``search.descend``), and that plan made cheaper where its exact peak does
+   not rise (``search.relax``). The plan is the fastest candidate whose exact peak plus ``margin``
    fits the budget.
 7. Ops with faster forms that need more workspace (the chunked loss with fewer chunks) take
    the fastest one whose exact peak stays within the budget less a slack
@@ -49,10 +49,11 @@ from .bounds import LowerBound, lower_bound
 from .cuts import candidate_cuts
 from .joint import JointGraph
 from .light_forward import lighten_forward
-from .model import Evaluated, PlanEvaluator, measure_terms, peak_segment
+from .model import Evaluated, PlanEvaluator, measure_terms
 from .options import POLICIES, Intervals, Option, is_expensive
 from .partition import closure, partition, saved_names
 from .solver import Point, pareto_dp
+from .search import Candidate, descend, prefix_mixes, relax, spread
 from .workers import Workers, default_workers
 from .workspace_fit import Refit, apply_refits, fit_workspaces, refit_target
 
@@ -76,15 +77,6 @@ class Region:
     nodes: list[str]
     flops: int
     seconds: float
-
-
-@dataclass
-class Candidate:
-    name: str
-    peak: int  # exact, for the executor
-    seconds: float  # recomputation time of the whole plan
-    plan: list[Option]
-    saved: list[Node]
 
 
 @dataclass
@@ -201,7 +193,7 @@ def plan_checkpoint(
     run as dsgraph's lowered kernels, priced at their measured bandwidth; ``rates_source``
     ``"profile"``: generated kernels, GEMMs and attention at what the H200's profile of a
     budgeted GPT-2 step measured, ``cost_model.H200_MEASURED``). ``mixes=False`` leaves out
-    the ``_prefix_mixes`` candidates (the search before session 10). ``pooled``: names of
+    the ``search.prefix_mixes`` candidates (the search before session 10). ``pooled``: names of
     the gradient outputs the gradient pool takes, ``handled``: the primals the backward
     receives a handle on (both ``StepModel``). ``workers``: processes evaluating a search
     phase's plans side by side (``recompute.workers``; default ``default_workers()``, 1:
@@ -307,24 +299,25 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     for result in uniform:
         candidates.append(_candidate(result, joint, costs, held, fused))
     # the prefix mixes and the frontier points depend only on the uniform plans: one batch
-    mixed = _prefix_mixes(intervals, candidates, uniform) if mixes else []
-    spread = _spread(points, MAX_CANDIDATES)
-    frontier = [(plan_of(point), f"frontier {len(candidates) + len(mixed) + k}") for k, point in enumerate(spread)]
+    mixed = prefix_mixes(intervals, candidates, uniform) if mixes else []
+    spread_points = spread(points, MAX_CANDIDATES)
+    frontier = [(plan_of(point), f"frontier {len(candidates) + len(mixed) + k}")
+                for k, point in enumerate(spread_points)]
     results = evaluator.evaluate_many(mixed + frontier)
     for result in results[:len(mixed)]:
         candidates.append(_candidate(result, joint, costs, held, fused))
-    for point, result in zip(spread, results[len(mixed):]):
+    for point, result in zip(spread_points, results[len(mixed):]):
         candidates.append(_candidate(result, joint, costs, held, fused))
         model_peaks[id(candidates[-1])] = point.peak
     # the composed model only steers the search: from the smallest plan evaluated, change
     # the option where its peak is, exactly (24-layer GPT, FX: the recompute-all
     # plan with its last interval, the loss head, saving its matmuls is 14% smaller)
     smallest_so_far = min(candidates, key=lambda c: (c.peak, c.seconds))
-    improved = _descend(evaluator, intervals, smallest_so_far.plan, MAX_DESCENT_STEPS)
+    improved = descend(evaluator, intervals, smallest_so_far.plan, MAX_DESCENT_STEPS)
     if improved.peak.peak < smallest_so_far.peak:
         candidates.append(_candidate(improved, joint, costs, held, fused))
     # ``improved`` is the smallest plan so far also when the descent found nothing smaller
-    relaxed = _relax(evaluator, intervals, improved, MAX_RELAXED)
+    relaxed = relax(evaluator, intervals, improved, MAX_RELAXED)
     if relaxed is not improved:
         candidates.append(_candidate(relaxed, joint, costs, held, fused))
     stack.close()  # the last evaluation is done: the workers exit
@@ -377,110 +370,6 @@ def _candidate(result: Evaluated, joint: JointGraph, costs: CostModel, held: set
     recomputed = closure(joint, result.saved).recomputed
     return Candidate(result.name, result.peak.peak, _seconds(costs, recomputed, held, fused), result.plan,
                      result.saved)
-
-
-def _prefix_mixes(intervals: Intervals, candidates: list[Candidate],
-                  uniform: list[Evaluated]) -> list[tuple[list[Option], str]]:
-    """Plans between a uniform ``cheap`` plan and the uniform ``recompute`` plan of the same
-    tiling: the ``cheap`` plan with its first ``r`` intervals recomputed, for every ``r``. The
-    tiling is the one on which going from ``cheap`` to ``recompute`` buys bytes at the least
-    recomputation time per byte (exact peaks and prices of the two uniform plans). The
-    composed peak model misses these plans (GPT-2-small at 16 x 1024, 2.94 GiB: five
-    recomputed blocks with every other block cheap dominate the frontier point chosen before,
-    docs/BENCHMARKS.md session 10). The first intervals' saved values live longest, so they
-    are recomputed first. One exact evaluation per interval of the tiling; independent of
-    the budget. Returns the plans with their names, to be evaluated."""
-    def spans(result: Evaluated) -> tuple:
-        return tuple((o.start, o.stop) for o in result.plan)
-
-    def uniform_of(policy: str) -> dict:
-        return {spans(r): (c, r) for c, r in zip(candidates, uniform)
-                if any(o.policy == policy for o in r.plan) and all(o.policy in (policy, "keep") for o in r.plan)}
-
-    cheap, recompute = uniform_of("cheap"), uniform_of("recompute")
-    slopes = []
-    for tiling, (c, r) in cheap.items():
-        if tiling not in recompute:
-            continue
-        full, _ = recompute[tiling]
-        if full.peak < c.peak:
-            slopes.append(((full.seconds - c.seconds) / (c.peak - full.peak), c.name, r))
-    if not slopes:
-        return []
-    _, _, base = min(slopes, key=lambda t: (t[0], t[1]))
-    mixable = [i for i, o in enumerate(base.plan) if o.policy == "cheap"]
-    out = []
-    for r in range(1, len(mixable)):
-        plan = list(base.plan)
-        for i in mixable[:r]:
-            plan[i] = intervals.option("recompute", plan[i].start, plan[i].stop)
-        out.append((plan, f"recompute{r}+{base.name}"))
-    return out
-
-
-def _descend(evaluator: PlanEvaluator, intervals: Intervals, plan: list[Option], steps: int) -> Evaluated:
-    """Descent on the exact peak, directed by where the peak is: the interval whose window
-    holds the plan's peak step takes the other option of the same span that lowers the
-    peak most; repeated up to ``steps`` times, until no option of that interval helps.
-    Two evaluations a step, whatever the graph's size. Independent of any budget, like the
-    other candidates."""
-    positions = [c.position for c in intervals.cuts]
-    best = evaluator.evaluate(plan, "descent")
-    for _ in range(steps):
-        seg = peak_segment(evaluator.joint, evaluator.model, best.peak, positions, intervals.segments)
-        if seg is None:
-            break
-        i = next(k for k, o in enumerate(best.plan) if o.start <= seg < o.stop)
-        current, before = best.plan[i], best
-        trials = [(best.plan[:i] + [intervals.option(policy, current.start, current.stop)] + best.plan[i + 1:],
-                   "descent") for policy in POLICIES if policy != current.policy]
-        for result in evaluator.evaluate_many(trials):
-            if result.peak.peak < best.peak.peak:
-                best = result
-        if best is before:
-            break
-    return best
-
-
-def _relax(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, tries: int) -> Evaluated:
-    """The smallest plan made cheaper where that costs no peak: its ``tries`` dearest
-    intervals, dearest first, each take the cheapest other option of the same span whose
-    exact peak is not above the plan's. The peak is at one place; an interval whose
-    recomputation does not shape it is recomputed for nothing (a 24-layer GPT at per-block
-    checkpointing's memory: the smallest plan recomputed the loss head, 1.7 ms priced,
-    where keeping it lowers the peak too; the descent only changes the interval at the
-    peak, and the composed model missed it). At most ``2 * tries`` evaluations; independent
-    of any budget, like the other candidates."""
-    best = base
-    dearest = sorted(range(len(base.plan)), key=lambda k: -base.plan[k].seconds)[:tries]
-    for k in dearest:
-        current = best.plan[k]
-        options = [intervals.option(p, current.start, current.stop) for p in POLICIES if p != current.policy]
-        cheaper = sorted((o for o in options if o.seconds < current.seconds), key=lambda o: o.seconds)
-        # the cheapest whose peak is not above is taken. Workers try the options together;
-        # in this process they are tried one at a time, cheapest first, until one is taken
-        # (evaluating the rest would be wasted work on the planning's critical path)
-        trials = [(best.plan[:k] + [option] + best.plan[k + 1:], "relaxed") for option in cheaper]
-        batch = max(len(trials), 1) if evaluator.workers is not None else 1
-        for first in range(0, len(trials), batch):
-            results = evaluator.evaluate_many(trials[first:first + batch])
-            taken = next((r for r in results if r.peak.peak <= best.peak.peak), None)
-            if taken is not None:
-                best = taken
-                break
-    return best
-
-
-def _spread(points: list[Point], count: int) -> list[Point]:
-    """Up to ``count`` frontier points: the smallest quarter of them, then spread evenly
-    by peak over the rest (the same points whatever the budget)."""
-    if len(points) <= count:
-        return list(points)
-    ordered = sorted(points, key=lambda p: p.peak)
-    small = ordered[:count // 4]
-    rest = ordered[count // 4:]
-    step = len(rest) / (count - len(small))
-    return small + [rest[int(i * step)] for i in range(count - len(small))]
 
 
 def _saved_tensors(joint: JointGraph, saved: list[Node], cut_nodes: set[Node]) -> list[SavedTensor]:

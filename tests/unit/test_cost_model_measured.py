@@ -151,7 +151,7 @@ def test_the_planner_asks_for_the_rates_source_and_prices_with_it(monkeypatch):
 
 
 def test_prefix_mixes_add_candidates_and_never_slow_a_plan():
-    """The recompute-then-cheap candidates (``planner._prefix_mixes``) are evaluated exactly
+    """The recompute-then-cheap candidates (``search.prefix_mixes``) are evaluated exactly
     like the others and only add choices: at every budget the plan with them is at least as
     fast as without, and within the budget; ``mixes=0`` leaves them out."""
     from tests.unit.test_checkpoint_plan import Chain, capture_joint

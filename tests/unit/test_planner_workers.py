@@ -33,7 +33,7 @@ def test_plans_with_workers_are_the_plans_without(joint, executor):
     the same candidates (names, exact peaks, prices), saved values and prediction with 1, 2
     and 3 worker processes. The evaluation counts may differ by the relaxed intervals only:
     workers try an interval's cheaper options together, the planner's process one at a time
-    until one is taken (``planner._relax``)."""
+    until one is taken (``search.relax``)."""
     stock = _plan(joint, 1 << 50, executor, 1).stock_peak
     with pytest.raises(BudgetError) as info:
         _plan(joint, 1, executor, 1)
