@@ -16,28 +16,16 @@ import argparse
 import json
 import math
 import statistics
-import time
 
 import torch
 
+from benchmarks.measure import time_steps
+
 
 def _timed(fn, reps: int, device: str) -> list[float]:
-    for _ in range(3):
+    for _ in range(3):  # untimed: first-call work (GEMM heuristics, Triton's compile)
         fn()
-    out = []
-    for _ in range(reps):
-        if device == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            torch.cuda.synchronize()
-            out.append(start.elapsed_time(stop))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-    return out
+    return time_steps(fn, reps, device)
 
 
 def measure(tokens: int, dim: int, vocab: int, counts: list[int], reps: int, device: str) -> list[dict]:

@@ -13,7 +13,7 @@ function of its node here; ``TensorLifetimes``, ``fx_plan``, ``fused_plan`` and
 An op may also have other forms of the same call that trade workspace for speed (the chunked
 loss with fewer, larger chunks: fewer GEMM launches, longer GEMMs, fewer passes over its fp32
 weight-gradient accumulator). Its module registers them (``register_workspace_choices``);
-the checkpoint planner takes the fastest one that keeps its plan's peak
+once it has chosen its plan, the checkpoint planner takes the fastest one whose peak fits
 (``recompute.workspace_fit``).
 """
 

@@ -64,12 +64,16 @@ def _flag(name: str):
 _mixes = _flag("mixes")
 
 
+def _chunks_asked(ctx: PassContext) -> bool:
+    """Did the user ask for a chunk count (``chunk_loss=N``)? Then it is kept."""
+    chunk_loss = ctx.config.pipeline.get("chunk_loss")
+    return chunk_loss is not None and chunk_loss.arg("chunks") is not None
+
+
 def _refit(ctx: PassContext) -> bool:
     """Fewer, larger loss chunks where the plan's peak allows (``recompute.workspace_fit``):
-    not when the user asked for a chunk count (``chunk_loss=N``), nor with ``refit=0``."""
-    chunk_loss = ctx.config.pipeline.get("chunk_loss")
-    asked = chunk_loss is not None and chunk_loss.arg("chunks") is not None
-    return ctx.args.get("refit", True) and not asked
+    not for a chunk count the user asked for, nor with ``refit=0``."""
+    return ctx.args.get("refit", True) and not _chunks_asked(ctx)
 
 
 SPEC = PassSpec(
@@ -180,7 +184,7 @@ def _chunks_for_the_floor(ctx: PassContext, error: BudgetError) -> None:
     floor = error.smallest_feasible
     chunk_loss = ctx.config.pipeline.get("chunk_loss")
     choice = loss_choice.choice_of(ctx)
-    if chunk_loss is None or chunk_loss.arg("chunks") is not None or (choice is not None and choice.budget == floor):
+    if chunk_loss is None or _chunks_asked(ctx) or (choice is not None and choice.budget == floor):
         return
     if choice is not None and not choice.chunked:
         return  # this compile's loss is not chunked (loss_choice): no chunks to plan

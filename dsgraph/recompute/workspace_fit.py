@@ -15,7 +15,8 @@ margin), or the plan's own peak where that is higher: plans are discrete, and th
 often peaks well under the budget (GPT-2-small at 2.94 GiB on an H100: 2.858 GB predicted
 of 3.157 GB, at the loss op's step). The slack is for the step model's error against
 Inductor's compiled plan, which the post-compile check holds to the budget (-0.99% to
-+0.3% on the GPU zoo): a refit that filled the budget to the byte would turn such an error
++0.3% on the GPU zoo; the -0.99% is CUDA's split reductions, traced in BENCHMARKS.md
+session 29 and not yet emulated): a refit that filled the budget to the byte would turn such an error
 into a second compile. Monotone: the plan is chosen before, and the fastest form that fits
 a smaller target is never faster than the one for a larger.
 """

@@ -200,17 +200,14 @@ def _fewer_chunks(node) -> list[WorkspaceChoice]:
     if not isinstance(x, torch.Tensor):
         return []
     n, current = max(size_hint(x.shape[0]), 1), int(node.args[9])
-    out = []
-    for count in range(1, math.ceil(n / current)):
-        tokens = math.ceil(n / count)
-        if tokens <= current or (out and tokens == out[-1][1]):
-            continue
-        out.append((count, tokens))
+    # each count below the node's, as chunk_loss balances it; counts that balance to the
+    # same chunk are one form
+    tokens = sorted({math.ceil(n / count) for count in range(1, math.ceil(n / current))} - {current}, reverse=True)
     light = node.target is lce.GRADS_OP
     return [WorkspaceChoice(f"{math.ceil(n / t)} chunk{'s' if t < n else ''} of {t} tokens", _with_chunk_tokens(t),
                             _node_workspace(node, chunk_tokens=t),
                             _node_workspace(node, as_loss=True, chunk_tokens=t) if light else 0)
-            for _, t in out]
+            for t in tokens if t > current]
 
 
 register_workspace_choices(lce.LOSS_OP, _fewer_chunks)

@@ -5,11 +5,14 @@ torch.compile the forward runs the refitted call, the gradients within the fp32 
 eager, the same plan, its predicted peak within the budget less the slack, and a chunk
 count the user asked for is kept."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from models import ChunkedHead
 
 import dsgraph
+from dsgraph import compat
 from dsgraph.analysis.step_model import StepModel
 from dsgraph.analysis.workspace import workspace_bytes, workspace_choices
 from dsgraph.models import GPT, GPTConfig, gpt_inputs
@@ -60,14 +63,10 @@ def test_the_refitted_peak_is_the_step_models_peak_of_the_rewritten_graph(execut
         taken = [c.label for c in choices].index(refit.choice.label)
         assert all(peak.live[k] - workspace_bytes(node) + c.nbytes > target for c in choices[:taken])
         assert taken <= choices.index(choice)  # this form fits, so one at least as fast is taken
-        rewritten = truth.JointCapture(j.gm, j.joint_inputs, j.kwargs, j.stock_saved)
-        gm = torch.fx.GraphModule(j.gm, j.gm.graph)  # a copy of the module over its own graph copy
-        gm.graph = j.gm.graph.__deepcopy__()
-        gm.recompile()
+        gm = compat.copy_graph_module(j.gm)
         assert len(apply_refits([refit], [gm])) == 1
         assert _op(gm).args[9] == int(refit.choice.label.split()[-2])
-        rewritten.gm = gm
-        _, again = _stock_peak(rewritten, static, executor)
+        _, again = _stock_peak(replace(j, gm=gm), static, executor)
         assert again.peak == refit_peak == max(others, peak.live[k] - workspace_bytes(node) + refit.choice.nbytes)
         assert refit_peak <= target
 
@@ -152,3 +151,27 @@ def test_a_chunk_count_the_user_asked_for_is_kept():
     dsgraph.clear_reports()
     check_training_step(model, inputs, {**FX, "memory_budget": budget, "chunk_loss": 6})
     assert _joint_memory()["checkpoint_refits"] == ""
+
+
+@pytest.mark.e2e
+def test_a_transformers_llama_decoder_is_refitted_within_the_budget_through_inductor():
+    """Another shape than the GPTs above: the zoo's transformers Llama decoder (its own
+    causal-LM loss written out, RMSNorm, SwiGLU, rotary attention) at 0.6 of its stock
+    peak through CPU Inductor: its 2 loss chunks become 1, and Inductor's plan of the
+    compiled graphs is the prediction, within the budget."""
+    pytest.importorskip("transformers")
+    from zoo import ZOO
+
+    entry = ZOO["llama"]
+    torch.manual_seed(0)
+    model, inputs = entry.build("cpu", False), entry.inputs("cpu", 1)
+    options = {"fallback": "error"}
+    check_training_step(model, inputs, {**options, "memory_budget": "1TiB", "chunk_loss": False})
+    budget = int(_joint_memory()["checkpoint_stock_peak"] * 0.6)
+    dsgraph.clear_reports()
+    check_training_step(model, inputs, {**options, "memory_budget": budget})
+    memory = _joint_memory()
+    (pre,) = [p for r in dsgraph.reports() if r.kind == "pre_grad" for p in r.passes if p.name == "chunk_loss"]
+    assert int(pre.stats["chunks"]) > 1
+    assert memory["checkpoint_refits"].startswith("linear_cross_entropy_grads: 1 chunk of ")
+    assert memory["checkpoint_inductor_peak"] == memory["checkpoint_predicted_peak"] <= budget
