@@ -18,6 +18,9 @@ so a peak is about what the planner decides.
   torch, at a small base width on CPU;
 - ``masked``: a residual MLP whose every layer and the loss read a mask derived from the
   input (a long-lived input-only value that crosses every cut).
+- ``vit``: a vision transformer with dropout (random values: under Inductor the backward
+  draws the masks again from their seeds, as per-block checkpointing does) whose first
+  block, after the patch embedding, has more cuts inside it than one DP option spans.
 """
 
 from __future__ import annotations
@@ -210,6 +213,45 @@ class ResNet50(nn.Module):
         return F.cross_entropy(self.fc(x.mean((2, 3))), labels)
 
 
+# -- vision transformer with dropout --------------------------------------------------------
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float):
+        super().__init__()
+        self.norm1, self.qkv, self.proj = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.norm2, self.fc1, self.fc2 = nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.heads, self.drop = heads, nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.drop(self.proj(attended))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.norm2(x)))))
+
+
+class ViT(nn.Module):
+    """A vision transformer: patch embedding (a strided convolution), a class token and
+    learned positions, pre-norm blocks with dropout, the class token's head."""
+
+    def __init__(self, dim: int, heads: int, layers: int, patch: int, image: int, classes: int, dropout: float,
+                 per_block: bool = False):
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = nn.ModuleList(ViTBlock(dim, heads, dropout) for _ in range(layers))
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+        self.per_block = per_block
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = self.embed(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        for block in self.blocks:
+            x = _maybe_checkpoint(block, self.per_block, x)
+        return F.cross_entropy(self.head(self.norm(x[:, 0])), labels)
+
+
 # -- the zoo ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -230,6 +272,8 @@ SIZES = {
             "h200": dict(channels=128, blocks=8, classes=1000, image=112, batch=128)},
     "resnet50": {"cpu": dict(width=8, classes=10, image=64, batch=4),
                  "h200": dict(width=64, classes=1000, image=224, batch=128)},
+    "vit": {"cpu": dict(dim=32, heads=2, layers=6, patch=4, image=32, classes=10, dropout=0.1, batch=6),
+            "h200": dict(dim=768, heads=12, layers=12, patch=16, image=224, classes=1000, dropout=0.1, batch=128)},
     "masked": {"cpu": dict(vocab=97, dim=40, hidden=123, layers=8, seq=53, batch=11),
                "h200": dict(vocab=32000, dim=2048, hidden=8192, layers=16, seq=2048, batch=8)},
 }
@@ -275,6 +319,10 @@ def _image_inputs(name: str, size: str, seed: int):
             torch.randint(0, s["classes"], (s["batch"],), generator=g))
 
 
+def _vit(size: str, per_block: bool) -> nn.Module:
+    return ViT(**{k: v for k, v in SIZES["vit"][size].items() if k != "batch"}, per_block=per_block)
+
+
 ZOO: dict[str, Entry] = {
     "gated": Entry("gated", lambda size, pb: GatedNet(*(SIZES["gated"][size][k] for k in ("dim", "hidden", "layers")),
                                                      per_block=pb),
@@ -290,6 +338,7 @@ ZOO: dict[str, Entry] = {
     "resnet50": Entry("resnet50", lambda size, pb: ResNet50(SIZES["resnet50"][size]["width"],
                                                             SIZES["resnet50"][size]["classes"], per_block=pb),
                       lambda size, seed: _image_inputs("resnet50", size, seed)),
+    "vit": Entry("vit", _vit, lambda size, seed: _image_inputs("vit", size, seed)),
     "masked": Entry("masked", lambda size, pb: MaskedNet(*(SIZES["masked"][size][k]
                                                            for k in ("vocab", "dim", "hidden", "layers")),
                                                          per_block=pb),

@@ -310,7 +310,10 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
             kind = EXTERN
         if kind == POINTWISE:
             state[i] = ("expr", combine(i, args))
-            after_lowering(i)
+            if op.realized:
+                realize(i)
+            else:
+                after_lowering(i)
             return
         if kind in (REDUCTION, SCATTER, CAT, MUTATE):
             loaded: set = set()

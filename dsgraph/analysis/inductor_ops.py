@@ -46,6 +46,8 @@ _INDEX_ARGS = {"gather"}
 # ops that compute in their inputs' promoted dtype and return bool or select: no cast counted
 _NO_PROMOTION = {"eq", "ne", "lt", "le", "gt", "ge", "where", "convert_element_type", "_to_copy", "clone"}
 _MUTATING = {"copy_"}
+# pointwise lowerings that store their result (``lowering.inductor_random``: ``result.realize()``)
+_REALIZED = {"inductor_random"}
 # pointwise lowerings whose own ops read the index (masks of a slice, a pad, a cat)
 _INDEX_READING = {"slice_scatter", "select_scatter", "constant_pad_nd", "cat", "iota", "arange"}
 # element-moving ops: an output read through one of them is not read at its own index
@@ -148,6 +150,10 @@ class OpInfo:
     # ``convolution_backward``'s output gradient, its input for the weight gradient and its
     # weight for the input gradient (by ``output_mask``: the stem's weight is not copied)
     channels_last_args: tuple = ()
+    # a pointwise op whose lowering stores its result itself (``inductor_random``:
+    # ``result.realize()``), whatever its users: a buffer also where the mask made from
+    # it is all that is read, in the forward and where the backward recomputes it
+    realized: bool = False
     # ``convolution_backward``'s input (its position, -1: another op): without layout
     # optimization its lowering asks the same inputs for its results' strides
     # (``require_stride_order``), which are channels last when its input is
@@ -266,7 +272,7 @@ def _classify(node: Node, rules: Rules, val, vals, nbytes) -> OpInfo:
             return OpInfo(CAT, 0, nbytes=nbytes, nontrivial=nontrivial)
     own, consts = _pointwise_ops(node, name, val)
     return OpInfo(POINTWISE, own, heavy=name in compat.CPU_HEAVY_OPS, nbytes=nbytes, nontrivial=nontrivial,
-                  moves=name in MOVES, multi=multi, consts=consts)
+                  moves=name in MOVES, multi=multi, consts=consts, realized=name in _REALIZED)
 
 
 def _channels_last_args(node: Node) -> tuple[int, ...]:

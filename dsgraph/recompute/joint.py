@@ -11,8 +11,13 @@ matters is:
 - which forward nodes are *static* (depend on no data input: weight casts and transposes,
   masks, random seeds) and which carry activations;
 - which forward nodes are *random* (a ``nondeterministic_seeded`` op, or derived from one
-  without any activation input): never recomputed, because recomputing would draw new
-  numbers (FACTS.md: ``inductor_random`` run as FX code ignores its seed);
+  without any activation input), and which of them are *unreproducible*: recomputing them
+  would draw new numbers, so they are saved. A seeded op always is; Inductor's
+  ``inductor_random`` (dropout's numbers, from a seed its joint-graph passes draw) is when
+  the graphs run as FX code, which ignores the seed (FACTS.md), but not when Inductor
+  compiles them: its kernels draw from (seed, element index), so the backward recomputes
+  the same mask from the saved seed, as Inductor's own partition does for per-block
+  checkpointing (``replays_inductor_random``);
 - which forward nodes are *free*: static ones and *input-only* ones (computed from data
   inputs alone, such as a padding mask or the labels' one-hot): the backward can compute
   them again from the primals, which live through the step, so they never cost a cut.
@@ -38,6 +43,15 @@ def _is_tangent(node: Node) -> bool:
 _INDUCTOR_RANDOM = ("inductor_random", "inductor_randint")
 
 
+def _seeded(node: Node) -> bool:
+    """Inductor's random op drawing from one of the step's seeds (``inductor_lookup_seed`` of
+    ``inductor_seeds``, the default path): its numbers are a function of the seed and the
+    element. Any other seed (``align_random_eager``'s generator offsets) is not replayed."""
+    seeds = [a for a in node.all_input_nodes if a.op == "call_function"]
+    return len(seeds) == 1 and op_name(seeds[0]) == "inductor_lookup_seed" and all(
+        a.op == "call_function" and op_name(a) == "inductor_seeds" for a in seeds[0].all_input_nodes)
+
+
 @dataclass
 class JointGraph:
     gm: GraphModule
@@ -59,7 +73,10 @@ class JointGraph:
     order: dict[Node, int] = field(default_factory=dict)  # every node -> its index in the graph
 
     @classmethod
-    def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int]) -> "JointGraph":
+    def build(cls, gm: GraphModule, num_fwd_outputs: int, static_input_indices: Sequence[int],
+              replays_inductor_random: bool = False) -> "JointGraph":
+        """``replays_inductor_random``: the graphs run through Inductor, whose
+        ``inductor_random`` kernels give the same numbers for the same seed."""
         nodes = list(gm.graph.nodes)
         placeholders = [n for n in nodes if n.op == "placeholder"]
         primals = [n for n in placeholders if not _is_tangent(n)]
@@ -105,7 +122,8 @@ class JointGraph:
         joint = cls(gm, num_fwd_outputs, primals, tangents, params, forward, backward, static, random)
         joint.position = {n: i for i, n in enumerate(forward)}
         joint.order = index
-        joint.unreproducible = {n for n in random if is_random(n) or op_name(n) in _INDUCTOR_RANDOM}
+        joint.unreproducible = {n for n in random if is_random(n)
+                                or (op_name(n) in _INDUCTOR_RANDOM and not (replays_inductor_random and _seeded(n)))}
         joint.primal_storages = frozenset(storage_key(p) for p in primals)
         joint.backward_reads = list(dict.fromkeys(a for b in nodes if b in backward for a in b.all_input_nodes
                                                   if a not in backward))

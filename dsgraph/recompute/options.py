@@ -101,10 +101,14 @@ class Intervals:
 
     def _make(self, policy: str, start: int, stop: int) -> Option:
         inside = self.nodes(start, stop)
+        # random values are saved by ``closure`` when they cannot be drawn again, not by
+        # the stock partition's choice (its masks, where the backward can draw them again
+        # from their seeds through Inductor)
+        stock = [n for n in inside if n in self.stock and n not in self.joint.random]
         if policy == "keep":
-            inner = [n for n in inside if n in self.stock]
+            inner = stock
         elif policy == "cheap":
-            inner = [n for n in inside if n in self.stock and (is_expensive(n) or self._row_statistic(n))]
+            inner = [n for n in stock if is_expensive(n) or self._row_statistic(n)]
         else:
             inner = []
         option = Option(policy, start, stop, inner)

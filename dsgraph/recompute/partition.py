@@ -66,7 +66,9 @@ def closure(joint: JointGraph, saved: Iterable[Node], also_needed: Iterable[Node
 def _save_random(joint: JointGraph, node: Node) -> bool:
     """Save this random node, or recompute it from its random inputs? Unreproducible ones
     are saved. Otherwise the smaller is saved: dropout's bool mask rather than the float
-    random numbers it compares, but the mask rather than the float scale made from it."""
+    random numbers it compares, but the mask rather than the float scale made from it. A
+    reproducible input counts with what the backward holds to recompute it (Inductor's
+    numbers from their seed: the mask is recomputed from the seed's 8 bytes)."""
     if node in joint.unreproducible:
         return True
     mine = storage_nbytes(node)
@@ -74,10 +76,21 @@ def _save_random(joint: JointGraph, node: Node) -> bool:
         if a in joint.random:
             if not isinstance(a.meta.get("val"), torch.Tensor):
                 return True  # an element of a multi-output random op (native_dropout's mask)
-            theirs = storage_nbytes(a)
+            theirs = _held_for(joint, a, {})
             if mine > theirs or (mine == theirs and a not in joint.unreproducible):
                 return False
     return True
+
+
+def _held_for(joint: JointGraph, node: Node, memo: dict) -> int:
+    """Bytes the backward holds to have this random value: its own when it is saved, else
+    what its random inputs need."""
+    if node not in memo:
+        mine = storage_nbytes(node)
+        memo[node] = mine
+        if node not in joint.unreproducible and not _save_random(joint, node):
+            memo[node] = min(mine, sum(_held_for(joint, a, memo) for a in node.all_input_nodes if a in joint.random))
+    return memo[node]
 
 
 def partition(joint: JointGraph, saved: Iterable[Node], static_input_indices) -> tuple[GraphModule, GraphModule]:

@@ -12,8 +12,9 @@
    a uniform ``cheap`` plan with its first r intervals recomputed for every r
    (``search.prefix_mixes``), and up to ``MAX_CANDIDATES`` frontier points spread over the
    frontier (the smallest ones always), each evaluated exactly; a descent from the smallest
-   of them at its peak (``search.descend``), and that plan made cheaper where its exact peak does
-   not rise (``search.relax``). The plan is the fastest candidate whose exact peak plus ``margin``
+   of them at its peak (``search.descend``), neighbouring options of that plan joined into
+   longer recomputed intervals than the DP's (``search.join``), and that plan made cheaper
+   where its exact peak does not rise (``search.relax``). The plan is the fastest candidate whose exact peak plus ``margin``
    fits the budget.
 7. Ops with faster forms that need more workspace (the chunked loss with fewer chunks) take
    the fastest one whose exact peak stays within the budget less a slack
@@ -53,7 +54,7 @@ from .model import Evaluated, PlanEvaluator, measure_terms
 from .options import POLICIES, Intervals, Option, is_expensive
 from .partition import closure, partition, saved_names
 from .solver import Point, pareto_dp
-from .search import Candidate, descend, prefix_mixes, relax, spread
+from .search import Candidate, descend, join, prefix_mixes, relax, spread
 from .workers import Workers, default_workers
 from .workspace_fit import Refit, apply_refits, fit_workspaces, refit_target
 
@@ -61,6 +62,7 @@ MAX_SPAN = 3  # longest run of segments one option covers (terms measured per le
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
 MAX_DESCENT_STEPS = 8  # changes to the smallest plan, each at the interval where its peak is
 MAX_RELAXED = 4  # the smallest plan's dearest intervals tried with cheaper options
+MAX_JOINS = 3  # rounds of joining two neighbouring options of the smallest plan into one
 
 
 @dataclass
@@ -233,7 +235,8 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
           stack: contextlib.ExitStack) -> CheckpointPlan:
     start = time.perf_counter()
     static = list(partition_kwargs.get("static_lifetime_input_indices") or [])
-    joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static)
+    joint = JointGraph.build(gm, partition_kwargs["num_fwd_outputs"], static,
+                             replays_inductor_random=executor == INDUCTOR)
     model = StepModel(gm, partition_kwargs["num_fwd_outputs"], static, external=external_bytes(joint) + extra_external,
                       pooled=pooled, handled=handled)
     by_name = {n.name: n for n in gm.graph.nodes}
@@ -316,8 +319,12 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     improved = descend(evaluator, intervals, smallest_so_far.plan, MAX_DESCENT_STEPS)
     if improved.peak.peak < smallest_so_far.peak:
         candidates.append(_candidate(improved, joint, costs, held, fused))
-    # ``improved`` is the smallest plan so far also when the descent found nothing smaller
-    relaxed = relax(evaluator, intervals, improved, MAX_RELAXED)
+    # ``improved`` is the smallest plan so far also when the descent found nothing smaller;
+    # then options longer than the DP's, joined from it
+    joined = join(evaluator, intervals, improved, MAX_JOINS)
+    if joined is not improved:
+        candidates.append(_candidate(joined, joint, costs, held, fused))
+    relaxed = relax(evaluator, intervals, joined, MAX_RELAXED)
     if relaxed is not improved:
         candidates.append(_candidate(relaxed, joint, costs, held, fused))
     stack.close()  # the last evaluation is done: the workers exit

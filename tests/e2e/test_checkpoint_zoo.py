@@ -26,7 +26,7 @@ from dsgraph.recompute.options import POLICIES, Intervals
 from dsgraph.recompute.planner import external_bytes, plan_checkpoint
 from tests import zoo
 
-NAMES = ["gated", "llama", "gpt24", "cnn", "masked"]
+NAMES = ["gated", "llama", "gpt24", "cnn", "masked", "vit"]
 
 
 def _requires(name):
