@@ -4,7 +4,7 @@
     python -m benchmarks.planner_zoo --size tiny --device cpu --models gpt24 --json z.json
 
 For each model: the anchor (transformers' own gradient checkpointing for the Llama
-decoder, torch.utils.checkpoint per block for the 24-layer GPT, Inductor's
+decoder, torch.utils.checkpoint per block for the 24-layer GPT and the vision transformer, Inductor's
 activation_memory_budget=0.5 for ResNet-50, its budget 0.9 for the MLP) is measured first; then dsgraph with
 ``memory_budget`` set to the anchor's measured peak (the target: that memory, faster than
 the anchor), and a budget 10% below it (monotone: not larger). Inductor without a budget
@@ -27,6 +27,7 @@ ANCHORS = {
     "llama": ("llama", "llama_gc", "inductor"),
     "gpt24": ("gpt24", "gpt24_ckpt", "inductor"),
     "resnet50": ("resnet50_b128", "resnet50_b128", "inductor:budget=0.5"),
+    "vit": ("vit", "vit_ckpt", "inductor"),
     # the issue's MLP target: at Inductor's best budget point's memory, at least as fast
     "mlp": ("mlp", "mlp", "inductor:budget=0.9"),
     # the issue's GPT-2 target: every Inductor budget point dominated (a dsgraph budget at

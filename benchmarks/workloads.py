@@ -135,6 +135,8 @@ WORKLOADS: dict[str, Workload] = {
     "llama": Workload("llama", _zoo("llama"),
                       "transformers LlamaForCausalLM 16 x 2048 (GQA 16/4, sdpa), batch 4 x 2048 (zoo)"),
     "llama_gc": Workload("llama_gc", _zoo("llama", per_block=True), "llama with transformers' own gradient checkpointing"),
+    "vit": Workload("vit", _zoo("vit"), "vision transformer 12 x 768 (ViT-B/16), dropout 0.1, batch 128 x 3 x 224 x 224 (zoo)"),
+    "vit_ckpt": Workload("vit_ckpt", _zoo("vit", per_block=True), "vit with torch.utils.checkpoint around each block"),
 }
 
 

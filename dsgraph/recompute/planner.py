@@ -62,7 +62,7 @@ MAX_SPAN = 3  # longest run of segments one option covers (terms measured per le
 MAX_CANDIDATES = 16  # frontier points evaluated exactly besides the uniform plans
 MAX_DESCENT_STEPS = 8  # changes to the smallest plan, each at the interval where its peak is
 MAX_RELAXED = 4  # the smallest plan's dearest intervals tried with cheaper options
-MAX_JOINS = 3  # rounds of joining two neighbouring options of the smallest plan into one
+MAX_JOINS = 3  # cuts of the smallest plan that neighbouring options may be joined across
 
 
 @dataclass
@@ -321,7 +321,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
         candidates.append(_candidate(improved, joint, costs, held, fused))
     # ``improved`` is the smallest plan so far also when the descent found nothing smaller;
     # then options longer than the DP's, joined from it
-    joined = join(evaluator, intervals, improved, MAX_JOINS)
+    joined = join(evaluator, intervals, improved, MAX_JOINS, MAX_SPAN)
     if joined is not improved:
         candidates.append(_candidate(joined, joint, costs, held, fused))
     relaxed = relax(evaluator, intervals, joined, MAX_RELAXED)

@@ -87,29 +87,50 @@ def descend(evaluator: PlanEvaluator, intervals: Intervals, plan: list[Option], 
     return best
 
 
-def join(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, rounds: int) -> Evaluated:
-    """The smallest plan with two neighbouring options joined into one recomputed interval
-    of any length: its separator is no longer saved, and the backward recomputes both
-    from the first one's start. The DP's options span at most ``MAX_SPAN`` segments, so a
-    block with more cuts inside it than that cannot be recomputed whole from its input,
-    as per-block checkpointing does (a vision transformer: its first block, with the patch
-    embedding, is four segments; its smallest plan saved the block's attention output and
-    the last block's output, 2.9% above per-block checkpointing through Inductor). Each
-    round tries every neighbouring pair at once and takes the join that lowers the exact
-    peak most; up to ``rounds`` rounds, until no join lowers it. One evaluation per pair
-    and round; independent of any budget, like the other candidates."""
-    best = base
-    for _ in range(rounds):
-        plan = best.plan
-        trials = [(plan[:i] + [intervals.option("recompute", plan[i].start, plan[i + 1].stop)] + plan[i + 2:],
-                   "joined") for i in range(len(plan) - 1)
-                  if not (plan[i].policy == plan[i + 1].policy == "keep")]
-        results = evaluator.evaluate_many(trials)
-        top = min(results, key=lambda r: r.peak.peak, default=None)
-        if top is None or top.peak.peak >= best.peak.peak:
+def join(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, joins: int, longer_than: int) -> Evaluated:
+    """The smallest plan with neighbouring options joined into one recomputed interval of
+    any length: the separator between them is no longer saved, and the backward recomputes
+    both from the first one's start. The DP's options span at most ``MAX_SPAN`` segments,
+    so a block with more cuts inside it than that cannot be recomputed whole from its
+    input, as per-block checkpointing does (a vision transformer: its first block, with
+    the patch embedding, is four segments; its smallest plan saved the block's attention
+    output and the last block's output, 2.9% above per-block checkpointing through
+    Inductor). Only joins longer than ``longer_than`` segments (the DP's span) are tried,
+    the shorter ones being options of the DP already. Every single join is tried at once;
+    the one that lowers the exact peak most is taken, then the others that lowered it, in
+    that order, each kept if it lowers the peak further, up to ``joins`` in all (one
+    evaluation per pair of options, ``2 * joins`` more at most); independent of any
+    budget, like the other candidates."""
+    plan = base.plan
+    boundaries = [plan[i].stop for i in range(len(plan) - 1)
+                  if plan[i + 1].stop - plan[i].start > longer_than
+                  and not (plan[i].policy == plan[i + 1].policy == "keep")]
+    results = evaluator.evaluate_many([(_joined(intervals, plan, {b}), "joined") for b in boundaries])
+    lower = sorted((r.peak.peak, b) for b, r in zip(boundaries, results) if r.peak.peak < base.peak.peak)
+    if not lower:
+        return base
+    best = next(r for b, r in zip(boundaries, results) if b == lower[0][1])
+    removed = {lower[0][1]}
+    for _, b in lower[1:2 * joins]:
+        if len(removed) >= joins:
             break
-        best = top
+        trial = evaluator.evaluate(_joined(intervals, plan, removed | {b}), "joined")
+        if trial.peak.peak < best.peak.peak:
+            best, removed = trial, removed | {b}
     return best
+
+
+def _joined(intervals: Intervals, plan: list[Option], removed: set[int]) -> list[Option]:
+    """``plan`` with the cuts in ``removed`` no longer separating its options: each run of
+    options between them becomes one ``recompute`` option."""
+    out, k = [], 0
+    while k < len(plan):
+        last = k
+        while last < len(plan) - 1 and plan[last].stop in removed:
+            last += 1
+        out.append(plan[k] if last == k else intervals.option("recompute", plan[k].start, plan[last].stop))
+        k = last + 1
+    return out
 
 
 def relax(evaluator: PlanEvaluator, intervals: Intervals, base: Evaluated, tries: int) -> Evaluated:
