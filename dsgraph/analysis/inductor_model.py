@@ -73,6 +73,10 @@ class _Expr:
         return e
 
 
+# views whose lowering stores an unrealized input before viewing it
+_REALIZING_VIEWS = frozenset({"as_strided"})
+
+
 def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
     info = g.info
     run = InductorRun([])
@@ -289,12 +293,25 @@ def emulate(g: EmulatedGraph, rules: Rules) -> InductorRun:
                 state[i] = ("buf", b) if b is not None else ("none",)
                 if b is not None and op.own_ops:  # var_mean's variance: an expression over m2
                     epilogue(i, b)
+            elif args and info[args[0]].kind == POINTWISE and info[args[0]].multi and resolve(args[0])[0] == "expr":
+                # an element of a multi-output pointwise lowering (the low-memory max pool's
+                # values and int8 offsets: two expressions Inductor stores apart): its own
+                # expression, stored at its own size (as a view of the op's, both elements
+                # were one buffer of the values' bytes, and the offsets a saved value never held)
+                state[i] = ("expr", combine(i, args))
+                after_lowering(i)
             elif args:
                 state[i] = ("vexpr", args[0]) if resolve(args[0])[0] == "expr" else _view_state(resolve(args[0]), i,
                                                                                                   None, compose)
             return
         if kind == VIEW:
             r = resolve(args[0]) if args else ("none",)
+            if r[0] == "expr" and op.name in _REALIZING_VIEWS:
+                # ``lowering.as_strided`` stores its input first (``x.realize()``): a view
+                # needs a storage (GroupNorm's per-channel scale and shift, made per group
+                # and read through as_strided, are buffers)
+                realize(r[2])
+                r = resolve(args[0])
             if r[0] == "expr":
                 state[i] = ("vexpr", args[0])
                 after_lowering(i)
