@@ -1,5 +1,4 @@
-"""Models the checkpoint planner's zoo does not hold yet (session 31): a U-Net, a ViT (its zoo
-form is tests/zoo.py), an encoder-decoder with cross-attention, a dense top-k MoE; CPU sizes.
+"""Models the checkpoint planner's zoo does not hold yet (session 31): a U-Net, the zoo's ViT (tests/zoo.py), an encoder-decoder with cross-attention, a dense top-k MoE; CPU sizes.
 Checked by ``python -m benchmarks.unseen_zoo unet,moe`` (docs/BENCHMARKS.md, session 31)."""
 import torch, torch.nn as nn, torch.nn.functional as F
 import torch.utils.checkpoint
@@ -41,36 +40,6 @@ class UNet(nn.Module):
         for uc, b in zip(s.upconv, s.up):
             h = uc(h); h = ck(b, s.pb, torch.cat([h, skips.pop()], 1))
         return F.mse_loss(s.out(h), target)
-
-class ViTBlock(nn.Module):
-    def __init__(s, d, heads, p):
-        super().__init__()
-        s.n1 = nn.LayerNorm(d); s.qkv = nn.Linear(d, 3 * d); s.proj = nn.Linear(d, d)
-        s.n2 = nn.LayerNorm(d); s.fc1 = nn.Linear(d, 4 * d); s.fc2 = nn.Linear(4 * d, d)
-        s.h = heads; s.drop = nn.Dropout(p)
-    def forward(s, x):
-        B, T, D = x.shape
-        q, k, v = s.qkv(s.n1(x)).view(B, T, 3, s.h, D // s.h).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, D)
-        x = x + s.drop(s.proj(a))
-        return x + s.drop(s.fc2(F.gelu(s.fc1(s.n2(x)))))
-
-class ViT(nn.Module):
-    """Patch embedding, class token, dropout (random ops the plan must not recompute differently)."""
-    def __init__(s, d=32, heads=2, layers=6, patch=4, image=32, classes=10, p=0.1, per_block=False):
-        super().__init__()
-        s.pb = per_block
-        s.embed = nn.Conv2d(3, d, patch, stride=patch)
-        n = (image // patch) ** 2
-        s.cls = nn.Parameter(torch.zeros(1, 1, d)); s.pos = nn.Parameter(torch.randn(1, n + 1, d) * 0.02)
-        s.blocks = nn.ModuleList(ViTBlock(d, heads, p) for _ in range(layers))
-        s.norm = nn.LayerNorm(d); s.head = nn.Linear(d, classes)
-    def forward(s, x, labels):
-        h = s.embed(x).flatten(2).transpose(1, 2)
-        h = torch.cat([s.cls.expand(h.shape[0], -1, -1), h], 1) + s.pos
-        for b in s.blocks:
-            h = ck(b, s.pb, h)
-        return F.cross_entropy(s.head(s.norm(h[:, 0])), labels)
 
 class XBlock(nn.Module):
     def __init__(s, d, heads):
@@ -143,9 +112,9 @@ def build(name, per_block=False, seed=0):
     if name == "unet":
         m = UNet(per_block=per_block); x = torch.randn(3, 3, 32, 32, generator=g)
         return m.train(), (x, torch.randn(3, 3, 32, 32, generator=g))
-    if name == "vit":
-        m = ViT(per_block=per_block)
-        return m.train(), (torch.randn(6, 3, 32, 32, generator=g), torch.randint(0, 10, (6,), generator=g))
+    if name == "vit":  # the zoo's (tests/zoo.py)
+        from tests import zoo
+        return zoo.build("vit", per_block=per_block, seed=seed)
     if name == "encdec":
         m = EncDec(per_block=per_block)
         return m.train(), (torch.randint(0, 89, (4, 29), generator=g), torch.randint(0, 89, (4, 23), generator=g),
