@@ -325,7 +325,7 @@ def _plan(gm: GraphModule, joint_inputs: Sequence[object], partition_kwargs: dic
     if joined is not improved:
         candidates.append(_candidate(joined, joint, costs, held, fused))
     relaxed = relax(evaluator, intervals, joined, MAX_RELAXED)
-    if relaxed is not improved:
+    if relaxed is not joined:
         candidates.append(_candidate(relaxed, joint, costs, held, fused))
     stack.close()  # the last evaluation is done: the workers exit
     candidates.sort(key=lambda c: (c.seconds, c.peak, c.name))
