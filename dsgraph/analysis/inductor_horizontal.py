@@ -46,7 +46,7 @@ _PEAK_FACTOR = 32  # can_fusion_increase_peak_memory: the overhead against 32 x 
 
 
 def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int], int], members: dict,
-                    try_union: Callable[[int, int], bool]) -> None:
+                    try_union: Callable[[int, int], bool]) -> int:
     buffers, kinds, info = run.buffers, run.kinds, g.info
     n = len(run.kernels)
     fusible = [kinds[k] in (POINTWISE, REDUCTION) for k in range(n)]
@@ -185,6 +185,7 @@ def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int]
                         candidates.append(((g1.red is None) == (g2.red is None), score, proximity, r1, r2))
         candidates.sort(key=lambda c: c[:3], reverse=True)
         fused = False
+        refused = 0
         for _, _, _, a, b in candidates:
             r1, r2 = find(a), find(b)
             if r1 == r2 or not can_fuse(r1, r2):
@@ -192,7 +193,9 @@ def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int]
             g1, g2 = groups.pop(r1), groups.pop(r2)
             if not try_union(r1, r2):
                 groups[r1], groups[r2] = g1, g2
+                refused += 1
                 continue
             fused = True
         if not fused:
             break
+    return refused

@@ -85,18 +85,72 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
         del members[rb]
         return True
 
-    # vertical: a producer with the readers that can take its result element for element
+    # static ancestors of each kernel, as bit sets (kernels are numbered in lowering order)
+    anc = [0] * n
+    for k in range(n):
+        for d in deps[k]:
+            if d < k:
+                anc[k] |= anc[d] | (1 << d)
+
+    def through_another(rp: int, rr: int) -> bool:
+        """Does the reader group need the producer group through a third group? Then
+        ``can_fuse_vertical`` refuses the pair outright ("intermediate nodes between node1
+        & node2"): it never becomes a candidate."""
+        mask = 0
+        for m in members[rp]:
+            mask |= 1 << m
+        for m in members[rr]:
+            for d in deps[m]:
+                rd = find(d)
+                if rd not in (rp, rr) and any(anc[x] & mask for x in members[rd]):
+                    return True
+        return False
+
+    refused: list = []  # vertical pairs a cycle through fused groups refused
+
+    def vertical(pairs, defer: list | None) -> None:
+        """A producer with the readers that can take its result element for element. On a
+        CPU a group holding a reduction takes a reader only by outer-loop fusion, which
+        ``CppScheduling.get_fusion_pair_priority`` ranks below every other fusion
+        (``defer`` collects those pairs)."""
+        for b_start, step in pairs:
+            if not (rules.cpu and _other_outer_loop(step, members[find(b_start)], run, info)):
+                if defer is not None and rules.cpu and any(kinds[m] == REDUCTION for m in members[find(b_start)]):
+                    defer.append((b_start, step))
+                elif not try_union(b_start, step):
+                    refused.append((b_start, step))
+
+    def still_blocked(pair) -> bool:
+        """A refused pair the scheduler keeps as a candidate: it can fuse (size, no third
+        group between) but ``will_fusion_create_cycle`` refuses it in every round."""
+        rp, rr = find(pair[0]), find(pair[1])
+        return (rp != rr and len(members[rp]) + len(members[rr]) <= MAX_FUSION
+                and not through_another(rp, rr))
+
+    pairs = []
     for b_index, b in enumerate(buffers):
         if b.input or b.start < 0 or kinds[b.start] not in _FUSIBLE:
             continue
         producer = info[run.kernels[b.start]]
         for step, key in readers.get(b_index, ()):
             if (key is None and kinds[step] in _FUSIBLE and step != b.start
-                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])
-                    and not (rules.cpu and _other_outer_loop(step, members[find(b.start)], run, info))):
-                try_union(b.start, step)
+                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])):
+                pairs.append((b.start, step))
+    outer_loop: list = []
+    vertical(pairs, outer_loop)
     # horizontal: kernels that share a buffer and do not need each other (inductor_horizontal)
-    fuse_horizontal(run, reads, g, rules, find, members, try_union)
+    blocked = fuse_horizontal(run, reads, g, rules, find, members, try_union)
+    # The scheduler's rounds take only the candidates of the highest priority
+    # (``get_possible_fusions_with_highest_priority``), and ``fuse_nodes`` stops at the
+    # first round that fuses nothing: outer-loop fusions run only in a round with no other
+    # candidate left. A candidate a cycle refuses stays one in every round, so then none
+    # runs (the dropout GPT's smallest plan, tests/e2e/test_checkpoint_dropout_inductor.py:
+    # the recomputed final LayerNorm stays a kernel of its own at the end of the backward,
+    # where the head's weight gradient reads it, instead of running with the statistics).
+    # Made earlier, they also fused two layers' softmax too far apart to fuse horizontally
+    if outer_loop and not blocked and not any(still_blocked(p) for p in refused):
+        vertical(outer_loop, None)
+        fuse_horizontal(run, reads, g, rules, find, members, try_union)
     # kernel-local buffers. On a CPU a reduction's result stays a buffer: its readers fuse
     # with it only through outer-loop fusion (``CppScheduling.can_fuse_vertical``: never
     # after a reduction otherwise), whose kernels each remove only their own buffers and
