@@ -87,7 +87,8 @@ def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int]
         return buffers[b].planned_bytes if not buffers[b].input else buffers[b].nbytes
 
     class Group:
-        __slots__ = ("mask", "anc", "reads", "writes", "low", "high", "count", "red", "numel", "shape", "single")
+        __slots__ = ("mask", "anc", "reads", "writes", "low", "high", "count", "red", "numel", "shape", "single",
+                     "trailing")
 
     groups: dict[int, Group] = {}
 
@@ -112,6 +113,7 @@ def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int]
         red = [m for m in ms if kinds[m] == REDUCTION]
         first = info[run.kernels[red[0] if red else min(ms)]]
         gr.red = (first.numel, first.loop) if red else None
+        gr.trailing = first.trailing
         gr.numel = first.numel
         gr.shape = first.shape
         # reused-buffer keys of the single-use buffers it reads (can_fusion_increase_peak_memory)
@@ -141,7 +143,11 @@ def fuse_horizontal(run, reads: list[set], g, rules: Rules, find: Callable[[int]
             return g1.numel == g2.numel and g1.shape == g2.shape
         if g1.red is not None and g2.red is not None:
             return g1.red == g2.red
-        return g1.red is None and g1.numel == g2.red[1]
+        # a pointwise kernel before a reduction over its elements (COMPATIBLE_REDUCTION:
+        # the reduction's loop, its output's variables then the reduced ones, is the
+        # pointwise kernel's): only a reduction over the trailing dimensions; a column sum
+        # (a LayerNorm's weight gradient) iterates the same elements in another order
+        return g1.red is None and g1.numel == g2.red[1] and g2.trailing
 
     def can_fuse(r1: int, r2: int) -> int:
         """The shared bytes when the groups of ``r1`` (the earlier) and ``r2`` can fuse

@@ -133,8 +133,16 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
             continue
         producer = info[run.kernels[b.start]]
         for step, key in readers.get(b_index, ()):
+            reader = info[run.kernels[step]]
             if (key is None and kinds[step] in _FUSIBLE and step != b.start
-                    and _compatible(producer, info[run.kernels[step]], kinds[b.start], kinds[step])):
+                    and _compatible(producer, reader, kinds[b.start], kinds[step])
+                    # on a CPU a pointwise kernel fuses into a reduction over its elements only
+                    # when the reduction's loop is its own (``_why_fuse_nodes``,
+                    # COMPATIBLE_REDUCTION): a reduction over trailing dimensions; a column
+                    # sum iterates them in another order (a patch encoder's LayerNorm
+                    # backward: 256 B low with it fused)
+                    and not (rules.cpu and kinds[b.start] == POINTWISE and kinds[step] == REDUCTION
+                             and not reader.trailing)):
                 pairs.append((b.start, step))
     outer_loop: list = []
     vertical(pairs, outer_loop)
@@ -147,10 +155,13 @@ def _fuse_local(run: InductorRun, reads: list[set], g: EmulatedGraph, position: 
     # runs (the dropout GPT's smallest plan, tests/e2e/test_checkpoint_dropout_inductor.py:
     # the recomputed final LayerNorm stays a kernel of its own at the end of the backward,
     # where the head's weight gradient reads it, instead of running with the statistics).
-    # Made earlier, they also fused two layers' softmax too far apart to fuse horizontally
+    # Made earlier, they also fused two layers' softmax too far apart to fuse horizontally.
+    # No horizontal pass follows: an outer-loop group fuses with nothing but by outer loop
+    # (``CppScheduling._can_fuse_horizontal_impl`` refuses an ``OuterLoopFusedSchedulerNode``),
+    # and the other groups are as the horizontal pass left them (a patch encoder's two
+    # LayerNorm backwards were one group, 256 B over Inductor's peak)
     if outer_loop and not blocked and not any(still_blocked(p) for p in refused):
         vertical(outer_loop, None)
-        fuse_horizontal(run, reads, g, rules, find, members, try_union)
     # kernel-local buffers. On a CPU a reduction's result stays a buffer: its readers fuse
     # with it only through outer-loop fusion (``CppScheduling.can_fuse_vertical``: never
     # after a reduction otherwise), whose kernels each remove only their own buffers and

@@ -85,6 +85,10 @@ def test_no_form_is_taken_where_none_keeps_the_peak():
 # others the plan peaks at the op, and no form is taken)
 SHAPES = {"fx": (dict(vocab=2048, seq=128, layers=4, heads=4, dim=128), 8),
           "inductor": (dict(vocab=509, seq=32, layers=6, heads=2, dim=64), 8)}
+# the budget, a share of the stock peak. Through Inductor half the stock peak became a plan
+# that peaks at the op (saving 2,629,888 B, not 2,362,624) once the CPU emulation ran
+# outer-loop fusions last (session 33: both plans predicted to the byte of Inductor's)
+SHARE = {"fx": 0.5, "inductor": 0.45}
 
 
 def _tiny_gpt(executor="fx"):
@@ -107,8 +111,8 @@ def test_through_compile_the_forward_runs_fewer_chunks_within_the_budget(executo
     inputs = gpt_inputs(cfg, batch=batch, seed=3)
     options = FX if executor == "fx" else {"fallback": "error"}
     check_training_step(model, inputs, {**options, "memory_budget": "1TiB", "chunk_loss": False})
-    # half the stock peak: the plan peaks in the backward, where the loss op is long done
-    budget = int(_joint_memory()["checkpoint_stock_peak"] * 0.5)
+    # a share of the stock peak: the plan peaks in the backward, where the loss op is long done
+    budget = int(_joint_memory()["checkpoint_stock_peak"] * SHARE[executor])
     results = {}
     for refit in ("0", "1"):
         dsgraph.clear_reports()
